@@ -1,0 +1,188 @@
+#include "channels/http/api.hpp"
+#include "channels/http/router.hpp"
+
+#include <baton/log.hpp>
+
+#include <openssl/evp.h>
+
+#include <cctype>
+
+namespace baton::http {
+
+namespace {
+reply json_reply(unsigned status, const json::value& v) {
+    reply r;
+    r.status = status;
+    r.body = json::serialize(v);
+    return r;
+}
+
+bool is_json_media_type(std::string_view ct) {
+    auto semi = ct.find(';');
+    std::string_view type = ct.substr(0, semi);
+    while (!type.empty() && type.back() == ' ')
+        type.remove_suffix(1);
+    std::string lower(type);
+    for (auto& c : lower)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return lower == "application/json" ||
+           (lower.starts_with("application/") && lower.ends_with("+json"));
+}
+
+std::string sha256_hex(std::string_view a, std::string_view b) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    EVP_DigestUpdate(ctx, a.data(), a.size());
+    EVP_DigestUpdate(ctx, "\n", 1);
+    EVP_DigestUpdate(ctx, b.data(), b.size());
+    EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string out;
+    for (unsigned i = 0; i < len; ++i) {
+        out.push_back(hex[md[i] >> 4]);
+        out.push_back(hex[md[i] & 15]);
+    }
+    return out;
+}
+
+bool valid_idempotency_key(std::string_view k) {
+    if (k.empty() || k.size() > 255) return false;
+    for (char c : k)
+        if (c < 0x21 || c > 0x7e) return false;
+    return true;
+}
+
+json::object turn_links(const std::string& tid) {
+    return {{"turn", "/v1/turns/" + tid}, {"events", "/v1/turns/" + tid + "/events"}};
+}
+} // namespace
+
+reply error_reply(errc code, std::string_view message) {
+    reply r = json_reply(http_status(code),
+                         json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
+    if (code == errc::session_queue_full || code == errc::overloaded)
+        r.headers.emplace_back("Retry-After", "1");
+    return r;
+}
+
+asio::awaitable<reply> api::handle(const request_view& req) {
+    auto m = match_route(req.method, req.target);
+    if (m.error) {
+        switch (*m.error) {
+        case errc::method_not_allowed: {
+            auto r = error_reply(errc::method_not_allowed,
+                                 std::string(req.method) + " is not allowed here; allowed: " + m.allow);
+            r.headers.emplace_back("Allow", m.allow);
+            co_return r;
+        }
+        case errc::not_found:
+            co_return error_reply(errc::not_found, "no such resource: " + std::string(req.target));
+        default:
+            co_return error_reply(*m.error, "malformed request target");
+        }
+    }
+    switch (m.id) {
+    case route_id::post_message:
+        co_return co_await post_message(req, m.session_id);
+    case route_id::get_turn:
+        co_return co_await get_turn(m.turn_id);
+    case route_id::get_session:
+        co_return co_await get_session(m.session_id);
+    case route_id::get_tape:
+        co_return co_await get_tape(m.session_id, m.query);
+    case route_id::healthz:
+        co_return json_reply(200, json::object{{"status", "ok"}});
+    case route_id::readyz:
+        if (ready_()) co_return json_reply(200, json::object{{"status", "ok"}});
+        co_return error_reply(errc::draining, "not ready: starting or draining");
+    case route_id::none:
+        break;
+    }
+    co_return error_reply(errc::not_found, "no such resource");
+}
+
+asio::awaitable<reply> api::post_message(const request_view& req, const std::string& sid) {
+    if (!valid_session_id(sid))
+        co_return error_reply(errc::invalid_request,
+                              "invalid session id: 1-128 characters of A-Z a-z 0-9 . _ : @ - expected");
+    if (!req.content_type.empty() && !is_json_media_type(req.content_type))
+        co_return error_reply(errc::unsupported_media_type,
+                              "Content-Type must be application/json, not " +
+                                  std::string(req.content_type));
+    accept_request ar;
+    if (auto err = parse_message_body(req.body, ar)) co_return error_reply(err->code, err->message);
+    ar.session_id = sid;
+    if (req.has_idempotency_key) {
+        if (!valid_idempotency_key(req.idempotency_key))
+            co_return error_reply(errc::invalid_request,
+                                  "Idempotency-Key: 1-255 visible ASCII characters expected");
+        ar.idem.key = req.idempotency_key;
+        ar.idem.fingerprint = sha256_hex(sid, req.body);
+    }
+    auto result = co_await rt_.accept(std::move(ar));
+    if (auto* err = std::get_if<api_error>(&result)) co_return error_reply(err->code, err->message);
+    auto& ok = std::get<accepted>(result);
+    json::object body{{"turn_id", ok.turn_id},
+                      {"session_id", ok.session_id},
+                      {"status", "queued"},
+                      {"links", turn_links(ok.turn_id)}};
+    if (ok.replayed) {
+        if (auto rec = co_await rt_.get_turn(ok.turn_id)) {
+            body["session_id"] = rec->session_id;
+            body["status"] = to_string(rec->status);
+        }
+        body["replayed"] = true;
+    }
+    auto r = json_reply(ok.replayed ? 200 : 202, body);
+    r.headers.emplace_back("Location", "/v1/turns/" + ok.turn_id);
+    co_return r;
+}
+
+asio::awaitable<reply> api::get_turn(const std::string& tid) {
+    if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    auto rec = co_await rt_.get_turn(tid);
+    if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    co_return json_reply(200, to_json(*rec));
+}
+
+asio::awaitable<reply> api::get_session(const std::string& sid) {
+    if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
+    auto v = co_await rt_.get_session(sid);
+    if (!v) co_return error_reply(errc::not_found, "no such session: " + sid);
+    const auto& s = v->record;
+    json::object body{
+        {"session_id", s.session_id},
+        {"agent", s.agent},
+        {"turns", s.turns},
+        {"busy", v->busy},
+        {"queued", v->queued},
+        {"last_turn_id", s.last_turn_id ? json::value(*s.last_turn_id) : json::value(nullptr)},
+        {"state", s.state}};
+    co_return json_reply(200, body);
+}
+
+asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view query) {
+    if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
+    auto after = query_param_int(query, "after");
+    if (!after.error.empty()) co_return error_reply(errc::invalid_request, after.error);
+    auto limit = query_param_int(query, "limit");
+    if (!limit.error.empty()) co_return error_reply(errc::invalid_request, limit.error);
+    std::int64_t lim = limit.value.value_or(100);
+    if (lim < 1 || lim > 1000) co_return error_reply(errc::invalid_request, "limit: expected 1..1000");
+    std::int64_t from = after.value.value_or(0);
+
+    auto entries = co_await rt_.read_tape(sid, from, static_cast<std::size_t>(lim));
+    if (entries.empty() && !co_await rt_.get_session(sid))
+        co_return error_reply(errc::not_found, "no such session: " + sid);
+    json::array list;
+    list.reserve(entries.size());
+    for (const auto& e : entries)
+        list.push_back(to_json(e));
+    std::int64_t next = entries.empty() ? from : entries.back().id;
+    co_return json_reply(200, json::object{{"entries", std::move(list)}, {"next_after", next}});
+}
+
+} // namespace baton::http

@@ -1,0 +1,59 @@
+// The REST surface of API.md, without sockets: a request view in, a reply out. The Beast server
+// (server.cpp) does the I/O; this file does validation, routing and rendering.
+#pragma once
+
+#include <baton/config.hpp>
+#include <baton/errors.hpp>
+#include <baton/runtime.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace baton::http {
+
+struct request_view {
+    std::string_view method;
+    std::string_view target;
+    std::string_view content_type; // empty when absent
+    std::string_view idempotency_key;
+    bool has_idempotency_key = false;
+    std::string_view body;
+};
+
+struct reply {
+    unsigned status = 200;
+    std::string body;
+    std::string content_type = "application/json";
+    std::vector<std::pair<std::string, std::string>> headers;
+};
+
+reply error_reply(errc code, std::string_view message);
+
+class api {
+public:
+    // `ready` tells /readyz whether the daemon takes traffic (false while starting or draining).
+    api(runtime& rt, std::function<bool()> ready) : rt_(rt), ready_(std::move(ready)) {}
+
+    // Cancellation: none; a request runs to its answer.
+    asio::awaitable<reply> handle(const request_view& req);
+
+private:
+    asio::awaitable<reply> post_message(const request_view& req, const std::string& sid);
+    asio::awaitable<reply> get_turn(const std::string& tid);
+    asio::awaitable<reply> get_session(const std::string& sid);
+    asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
+
+    runtime& rt_;
+    std::function<bool()> ready_;
+};
+
+// Checks a POST body against API.md; fills `out` or returns the error to send.
+std::optional<api_error> parse_message_body(std::string_view body, accept_request& out);
+bool valid_utf8(std::string_view s);
+
+} // namespace baton::http

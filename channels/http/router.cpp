@@ -1,0 +1,98 @@
+#include "channels/http/router.hpp"
+
+#include <boost/url/parse.hpp>
+#include <boost/url/parse_query.hpp>
+#include <boost/url/url_view.hpp>
+
+#include <charconv>
+#include <vector>
+
+namespace baton::http {
+
+namespace {
+struct pattern {
+    std::string_view method;
+    std::vector<std::string_view> parts; // "{sid}" and "{tid}" are parameters
+    route_id id;
+};
+
+const std::vector<pattern>& patterns() {
+    static const std::vector<pattern> table{
+        {"POST", {"v1", "sessions", "{sid}", "messages"}, route_id::post_message},
+        {"GET", {"v1", "turns", "{tid}"}, route_id::get_turn},
+        {"GET", {"v1", "sessions", "{sid}"}, route_id::get_session},
+        {"GET", {"v1", "sessions", "{sid}", "tape"}, route_id::get_tape},
+        {"GET", {"healthz"}, route_id::healthz},
+        {"GET", {"readyz"}, route_id::readyz},
+    };
+    return table;
+}
+
+bool matches(const pattern& p, const std::vector<std::string>& segs, route_match& m) {
+    if (p.parts.size() != segs.size()) return false;
+    for (std::size_t i = 0; i < segs.size(); ++i) {
+        if (p.parts[i] == "{sid}") {
+            m.session_id = segs[i];
+        } else if (p.parts[i] == "{tid}") {
+            m.turn_id = segs[i];
+        } else if (p.parts[i] != segs[i]) {
+            return false;
+        }
+    }
+    return true;
+}
+} // namespace
+
+route_match match_route(std::string_view method, std::string_view target) {
+    route_match m;
+    auto parsed = boost::urls::parse_origin_form(target);
+    if (!parsed) {
+        m.error = errc::invalid_request;
+        return m;
+    }
+    std::vector<std::string> segs;
+    for (auto seg : parsed->segments())
+        segs.push_back(std::string(seg));
+    // A trailing slash ("/v1/turns/x/") names the same resource.
+    if (!segs.empty() && segs.back().empty()) segs.pop_back();
+    m.query = std::string(parsed->encoded_query());
+
+    bool path_known = false;
+    for (const auto& p : patterns()) {
+        route_match candidate;
+        if (!matches(p, segs, candidate)) continue;
+        path_known = true;
+        if (!m.allow.empty()) m.allow += ", ";
+        m.allow += p.method;
+        if (p.method == method) {
+            candidate.id = p.id;
+            candidate.query = std::move(m.query);
+            return candidate;
+        }
+    }
+    m.error = path_known ? errc::method_not_allowed : errc::not_found;
+    return m;
+}
+
+query_int query_param_int(std::string_view query, std::string_view name) {
+    query_int r;
+    auto parsed = boost::urls::parse_query(query);
+    if (!parsed) {
+        r.error = "malformed query string";
+        return r;
+    }
+    for (auto param : *parsed) {
+        if (param.key != name) continue;
+        std::string_view v = param.value;
+        std::int64_t n = 0;
+        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < 0) {
+            r.error = std::string(name) + ": expected a non-negative integer";
+            return r;
+        }
+        r.value = n;
+    }
+    return r;
+}
+
+} // namespace baton::http

@@ -1,0 +1,34 @@
+// HTTP routing without I/O: method and target in, route (with its path parameters) or the
+// 404/405 it deserves out. Unit-tested on its own.
+#pragma once
+
+#include <baton/errors.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace baton::http {
+
+enum class route_id { none, post_message, get_turn, get_session, get_tape, healthz, readyz };
+
+struct route_match {
+    route_id id = route_id::none;
+    std::string session_id; // decoded path parameter, not yet validated
+    std::string turn_id;
+    std::optional<errc> error; // not_found, method_not_allowed, invalid_request (bad target)
+    std::string allow;         // the Allow header for 405
+    std::string query;         // the raw query, without '?'
+};
+
+route_match match_route(std::string_view method, std::string_view target);
+
+// Reads an unsigned integer query parameter; nullopt when absent, error text when malformed.
+struct query_int {
+    std::optional<std::int64_t> value;
+    std::string error;
+};
+query_int query_param_int(std::string_view query, std::string_view name);
+
+} // namespace baton::http

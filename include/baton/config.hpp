@@ -1,0 +1,141 @@
+// The daemon's configuration (API.md "Config file"): plain structs with defaults, parsed strictly
+// from JSON. Unknown keys and wrong types are errors carrying their JSON path.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace baton {
+
+using std::chrono::milliseconds;
+
+struct model_config {
+    std::string provider = "echo"; // echo | openai
+    std::string base_url = "https://api.openai.com/v1";
+    std::string model = "echo";
+    std::string api_key_env = "OPENAI_API_KEY";
+    bool stream = true;
+    milliseconds timeout{60000};
+    std::int64_t max_output_tokens = 4096;
+    std::int64_t context_window = 128000;
+};
+
+struct limits_config {
+    std::int64_t max_steps = 12;
+    milliseconds turn_timeout{300000};
+    milliseconds tool_timeout{30000};
+    std::int64_t max_reply_bytes = 65536;
+    std::int64_t max_parallel_tools = 4;
+};
+
+struct context_config {
+    std::int64_t reserve_output_tokens = 4096;
+    std::vector<double> compaction_thresholds{0.6, 0.75, 0.9};
+    milliseconds idle_compaction_after{600000};
+};
+
+enum class admission_mode { queue, collect, steer, interrupt, reject };
+std::string_view to_string(admission_mode m);
+std::optional<admission_mode> parse_admission_mode(std::string_view s);
+
+struct admission_config {
+    admission_mode mode = admission_mode::queue;
+    std::int64_t max_queued = 32;
+};
+
+struct agent_config {
+    std::string name = "default";
+    model_config model;
+    std::vector<std::string> instructions;
+    std::vector<std::string> tools;
+    limits_config limits;
+    context_config context;
+    admission_config admission;
+};
+
+struct tool_config {
+    std::string kind = "http";
+    std::string url;
+    milliseconds timeout{5000};
+    std::string description;
+    boost::json::object parameters{{"type", "object"}, {"properties", boost::json::object{}}};
+};
+
+struct token_config {
+    std::string sha256; // lower-case hex of the bearer token
+    std::string tenant;
+};
+
+struct server_config {
+    std::string listen = "127.0.0.1:8080";
+    std::int64_t threads = 0; // 0: hardware concurrency
+    std::int64_t max_body_bytes = 1048576;
+    std::vector<token_config> tokens;
+    milliseconds header_timeout{10000};
+    milliseconds idle_timeout{60000};
+};
+
+struct storage_config {
+    enum class kind { sqlite, postgres, memory } type = kind::sqlite;
+    std::string sqlite_path = "var/baton.db";
+    std::string sqlite_synchronous = "normal";
+    std::string postgres_conninfo;
+};
+
+struct webhook_target {
+    std::string url;
+    milliseconds timeout{10000};
+};
+
+struct schedule_config {
+    std::optional<std::int64_t> every_ms;
+    std::string cron;
+    std::string session;
+    std::string agent = "default";
+    std::string text;
+};
+
+struct channels_config {
+    bool ws_enabled = true;
+    std::map<std::string, webhook_target> webhook_targets;
+    std::optional<std::string> telegram_token_env;
+    std::string telegram_api_base = "https://api.telegram.org";
+    std::vector<std::string> telegram_allow_chats;
+    std::vector<schedule_config> schedules;
+};
+
+struct config {
+    server_config server;
+    storage_config storage;
+    std::map<std::string, agent_config> agents; // never empty after parsing: "default" is made
+    std::map<std::string, tool_config> tools;
+    channels_config channels;
+};
+
+struct config_error {
+    std::string path; // e.g. "agents.default.limits.max_steps"
+    std::string message;
+    std::string to_string() const { return path.empty() ? message : path + ": " + message; }
+};
+
+struct config_result {
+    config cfg;
+    std::vector<config_error> errors; // empty when valid
+};
+
+// Parses JSON text. Every problem found is reported, not just the first.
+config_result parse_config(std::string_view json_text);
+config_result load_config_file(const std::string& path);
+
+// The embedded default (no file): agent "default" on the echo model unless BATON_MODEL says otherwise
+// (`openai:<model>`, base URL from BATON_MODEL_BASE_URL).
+config default_config();
+
+} // namespace baton

@@ -1,0 +1,147 @@
+// The turn: process_inbound() awaits the seven stages in order, each a hook that plugins extend or
+// replace. Ordering (DESIGN.md): the last registered runs first; resolve_session, build_prompt and
+// run_model take the first result; load_state merges (higher priority wins a key); save_state runs
+// every implementation; render_outbound concatenates; dispatch_outbound runs per item until one
+// handles it. on_error observes every unhandled failure, which is then re-raised.
+#pragma once
+
+#include <baton/config.hpp>
+#include <baton/model.hpp>
+#include <baton/store_runner.hpp>
+#include <baton/turn_state.hpp>
+#include <baton/types.hpp>
+
+#include <boost/asio/awaitable.hpp>
+
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+namespace asio = boost::asio;
+
+// One inbound message, from whichever channel.
+struct inbound {
+    std::string turn_id; // assigned on accept; made by the framework when empty
+    std::string channel = "http";
+    std::string session_id; // empty: resolve_session derives `<channel>:<chat_id>`
+    std::string chat_id;
+    std::string agent = "default";
+    std::string tenant;
+    std::string text;
+    json::object metadata;
+    json::value deliver;
+};
+
+// What build_prompt produces. A direct command sets `direct_reply` and the model is not run.
+struct prompt {
+    std::vector<chat_message> messages;
+    std::optional<std::string> direct_reply;
+};
+
+struct model_output {
+    std::string reply;
+    std::int64_t steps = 0;
+    baton::usage usage;
+};
+
+struct outbound {
+    std::string channel;
+    std::string to;
+    std::string text;
+    std::int64_t index = 0;
+};
+
+// A failure with a code for the turn record (`error.code`): model_error, tool_error, ...
+class turn_error : public std::runtime_error {
+public:
+    turn_error(std::string code, const std::string& message)
+        : std::runtime_error(message), code_(std::move(code)) {}
+    const std::string& code() const { return code_; }
+
+private:
+    std::string code_;
+};
+
+struct agent {
+    agent_config config;
+    std::shared_ptr<model_client> model;
+};
+
+// Everything one turn carries between its stages.
+struct turn_context {
+    baton::inbound inbound;
+    std::string session_id;
+    const baton::agent* agent = nullptr;
+    turn_state state;
+    json::object session_state;          // restored by load_state, persisted by save_state
+    std::vector<tape_entry> history;     // the context window restored by load_state
+    std::vector<tape_entry> new_entries; // appended by this turn, persisted by save_state
+    model_output output;
+    std::vector<outbound> outbox;
+    bool direct_command = false;
+    bool entered_run_model = false;
+};
+
+struct turn_result {
+    std::string turn_id;
+    std::string session_id;
+    std::string reply;
+    std::int64_t steps = 0;
+    baton::usage usage;
+    bool direct_command = false;
+};
+
+// A plugin: any subset of hooks; an empty std::function means "not implemented here".
+struct plugin {
+    template <class T> using hook = std::function<T>;
+    std::string name;
+    hook<asio::awaitable<std::optional<std::string>>(turn_context&)> resolve_session;
+    hook<asio::awaitable<std::optional<json::object>>(turn_context&)> load_state;
+    hook<asio::awaitable<std::optional<prompt>>(turn_context&)> build_prompt;
+    hook<asio::awaitable<std::optional<model_output>>(turn_context&, const prompt&)> run_model;
+    hook<asio::awaitable<void>(turn_context&)> save_state;
+    hook<asio::awaitable<std::vector<outbound>>(turn_context&)> render_outbound;
+    hook<asio::awaitable<bool>(turn_context&, const outbound&)> dispatch_outbound;
+    hook<void(std::string_view stage, std::exception_ptr error, const inbound&)> on_error;
+};
+
+// The default hooks (pipeline/): the framework registers them first, so every plugin overrides them.
+plugin make_default_plugin(store_runner& db);
+
+class framework {
+public:
+    explicit framework(store_runner& db);
+
+    void register_plugin(plugin p);
+    void add_agent(agent a);
+    const baton::agent* find_agent(std::string_view name) const;
+    store_runner& db() { return db_; }
+
+    // Runs one turn. Throws what a stage threw (after on_error saw it); cancellation follows the
+    // awaiting coroutine's slot and still lets save_state run once run_model was entered.
+    asio::awaitable<turn_result> process_inbound(inbound in);
+
+private:
+    asio::awaitable<void> guarded(std::string_view stage, turn_context& ctx, asio::awaitable<void> op);
+    void report(std::string_view stage, std::exception_ptr e, const inbound& in) const;
+    asio::awaitable<void> resolve_session(turn_context& ctx);
+    asio::awaitable<void> load_state(turn_context& ctx);
+    asio::awaitable<void> build_prompt(turn_context& ctx, prompt& out);
+    asio::awaitable<void> run_model(turn_context& ctx, const prompt& p);
+    asio::awaitable<void> save_state(turn_context& ctx);
+    asio::awaitable<void> render_outbound(turn_context& ctx);
+    asio::awaitable<void> dispatch_outbound(turn_context& ctx);
+
+    store_runner& db_;
+    std::vector<plugin> plugins_; // registration order; hooks run from the back
+    std::map<std::string, baton::agent, std::less<>> agents_;
+};
+
+} // namespace baton

@@ -1,0 +1,43 @@
+// The HTTP channel: a Beast server for the REST API of API.md (keep-alive, pipelining, body and
+// header limits, timeouts). Runs on any executor; each connection on its own strand.
+#pragma once
+
+#include <baton/runtime.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+namespace baton {
+
+struct http_server_options {
+    std::size_t max_body_bytes = 1048576;
+    std::size_t max_header_bytes = 16384;
+    std::chrono::milliseconds header_timeout{10000}; // from the first byte to the end of the headers
+    std::chrono::milliseconds idle_timeout{60000};   // keep-alive wait for the next request
+    std::chrono::milliseconds body_timeout{30000};
+};
+
+class http_server {
+public:
+    http_server(asio::any_io_executor ex, runtime& rt, http_server_options opts,
+                std::function<bool()> ready);
+    ~http_server();
+
+    // Binds and listens; returns the error (address in use, ...) instead of throwing.
+    boost::system::error_code listen(const asio::ip::tcp::endpoint& ep);
+    asio::ip::tcp::endpoint local_endpoint() const;
+    // Starts accepting connections. Cancellation: stop().
+    void start();
+    // Stops accepting and closes idle connections; requests in progress finish.
+    void stop();
+
+private:
+    struct impl;
+    std::shared_ptr<impl> impl_;
+};
+
+} // namespace baton

@@ -1,0 +1,87 @@
+// The runtime: what channels call. It admits messages (stored before they are acknowledged), runs
+// one turn at a time per session through the framework, and answers questions about turns and
+// sessions. Each live session is an actor: a strand plus a bounded queue, drained by one coroutine
+// that takes the next message only after the previous turn has finished. Sessions run in parallel.
+#pragma once
+
+#include <baton/errors.hpp>
+#include <baton/framework.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace baton {
+
+struct accept_request {
+    std::string tenant;
+    std::string session_id;
+    std::string agent = "default";
+    std::string channel = "http";
+    std::string text;
+    json::object metadata;
+    json::value deliver;
+    idempotency idem;
+};
+
+struct accepted {
+    std::string turn_id;
+    std::string session_id;
+    bool replayed = false;
+};
+
+using accept_result = std::variant<accepted, api_error>;
+
+struct session_view {
+    session_record record;
+    bool busy = false;
+    std::int64_t queued = 0;
+};
+
+class runtime {
+public:
+    // `ex` runs the session actors (an io_context's executor; its threads run sessions in parallel).
+    runtime(asio::any_io_executor ex, framework& fw);
+    ~runtime();
+    runtime(const runtime&) = delete;
+    runtime& operator=(const runtime&) = delete;
+
+    // Admits a message: completes once it is durably stored (or refused). Cancellation: none.
+    asio::awaitable<accept_result> accept(accept_request req);
+
+    asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id);
+    asio::awaitable<std::optional<session_view>> get_session(std::string session_id);
+    asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,
+                                                       std::size_t limit);
+
+    // Picks up what an earlier process left: queued turns run again in accept order; turns that
+    // were mid-run end `failed` with error.code "abandoned". Returns how many turns it touched.
+    asio::awaitable<std::size_t> recover();
+
+    // Stops admitting messages and starting queued turns (they stay stored for the next start);
+    // completes when the running turns have finished or `grace` has passed.
+    asio::awaitable<void> drain(std::chrono::milliseconds grace);
+    bool draining() const { return draining_.load(); }
+    std::size_t running_turns() const { return running_.load(); }
+
+    // Called (on the session's strand) after a turn's final record is stored.
+    void on_turn_finished(std::function<void(const turn_record&)> f);
+
+    framework& fw() { return fw_; }
+
+private:
+    struct impl;
+    framework& fw_;
+    std::atomic<bool> draining_{false};
+    std::atomic<std::size_t> running_{0};
+    std::unique_ptr<impl> impl_;
+};
+
+} // namespace baton

@@ -1,0 +1,76 @@
+// The store: where accepted messages, turn records, tapes and session state outlive the process.
+// Implementations are synchronous and thread-safe; the runtime calls blocking ones off its socket
+// threads (see store_runner). Every store passes the same conformance suite (tests/store_conformance).
+#pragma once
+
+#include <baton/types.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace baton {
+
+struct idempotency {
+    std::string key;         // empty: no Idempotency-Key
+    std::string fingerprint; // what the request said, to tell a replay from a reuse
+};
+
+enum class insert_outcome { inserted, replayed, key_reused };
+
+struct insert_result {
+    insert_outcome outcome = insert_outcome::inserted;
+    std::string turn_id; // the stored turn (the earlier one on a replay)
+};
+
+// The part of a turn that save_state persists: tape entries appended, session state replaced.
+struct state_update {
+    std::string session_id;
+    std::string turn_id;
+    std::vector<tape_entry> entries; // ids are assigned by the store
+    std::optional<json::object> state;
+};
+
+class store {
+public:
+    virtual ~store() = default;
+
+    // True when calls may block (disk); the runtime then runs them on its store thread.
+    virtual bool blocking() const = 0;
+
+    // Durably stores a queued turn and creates or touches its session. With a key already used:
+    // `replayed` when the fingerprint matches, `key_reused` when it does not (nothing stored).
+    virtual insert_result insert_turn(const turn_record& t, const idempotency& idem) = 0;
+
+    // Moves a turn to running (started_at set).
+    virtual void mark_running(const std::string& turn_id, time_ms started_at) = 0;
+
+    // Appends tape entries (assigning increasing ids, written back into `u`) and replaces state.
+    virtual void save_state(state_update& u) = 0;
+
+    // Writes the final record of a turn (status, reply, steps, usage, error, finished_at).
+    virtual void finish_turn(const turn_record& t) = 0;
+
+    virtual std::optional<turn_record> get_turn(const std::string& turn_id) = 0;
+    virtual std::optional<session_record> get_session(const std::string& session_id) = 0;
+
+    // Entries with id > after, ascending, at most `limit`.
+    virtual std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+                                              std::size_t limit) = 0;
+    // The last `limit` entries, ascending (context assembly; never the whole tape).
+    virtual std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) = 0;
+
+    // Turns left queued or running by an earlier process, in accept order.
+    virtual std::vector<turn_record> unfinished_turns() = 0;
+};
+
+std::unique_ptr<store> make_memory_store();
+
+struct sqlite_options {
+    std::string path;                   // file name; parent directories are created
+    std::string synchronous = "normal"; // off | normal | full
+};
+std::unique_ptr<store> make_sqlite_store(const sqlite_options& opts);
+
+} // namespace baton

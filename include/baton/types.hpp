@@ -1,0 +1,99 @@
+// Plain records shared by the runtime, the stores and the channels: turns, sessions, tape entries.
+// No I/O here; JSON conversions live beside them so every surface renders a record the same way.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace baton {
+
+namespace json = boost::json;
+
+// Milliseconds since the Unix epoch; rendered as RFC 3339 UTC with milliseconds.
+using time_ms = std::int64_t;
+time_ms now_ms();
+std::string format_time(time_ms t);
+
+enum class turn_status { queued, running, completed, stopped, failed, timed_out, step_limit };
+std::string_view to_string(turn_status s);
+std::optional<turn_status> parse_turn_status(std::string_view s);
+inline bool is_terminal(turn_status s) {
+    return s != turn_status::queued && s != turn_status::running;
+}
+
+struct usage {
+    std::int64_t prompt_tokens = 0;
+    std::int64_t completion_tokens = 0;
+};
+
+struct error_info {
+    std::string code;
+    std::string message;
+};
+
+// What a turn was asked to do: stored with the turn so that a restart can run it again.
+struct turn_input {
+    std::string channel = "http";
+    std::string text;
+    json::object metadata;
+    json::value deliver; // null, or {"channel", "to"}
+};
+
+struct turn_record {
+    std::string turn_id;
+    std::string session_id;
+    std::string agent = "default";
+    std::string tenant;
+    turn_status status = turn_status::queued;
+    std::optional<std::string> reply;
+    std::int64_t steps = 0;
+    baton::usage usage;
+    std::optional<error_info> error;
+    time_ms created_at = 0;
+    std::optional<time_ms> started_at;
+    std::optional<time_ms> finished_at;
+    turn_input input;
+};
+
+// The public JSON of a turn record (API.md "Turn record").
+json::object to_json(const turn_record& t);
+
+enum class tape_kind { message, tool_call, tool_result, anchor, event, error };
+std::string_view to_string(tape_kind k);
+std::optional<tape_kind> parse_tape_kind(std::string_view s);
+
+struct tape_entry {
+    std::int64_t id = 0; // assigned by the store, increasing per session
+    tape_kind kind = tape_kind::message;
+    json::object payload;
+    time_ms created_at = 0;
+    std::string turn_id;
+};
+json::object to_json(const tape_entry& e);
+
+tape_entry make_message(std::string_view role, std::string_view text);
+tape_entry make_error_entry(std::string_view code, std::string_view message);
+tape_entry make_event_entry(std::string_view name, json::value data);
+
+struct session_record {
+    std::string session_id;
+    std::string agent = "default";
+    std::string tenant;
+    std::int64_t turns = 0;
+    std::optional<std::string> last_turn_id;
+    json::object state;
+    time_ms created_at = 0;
+};
+
+// 1-128 characters of [A-Za-z0-9._:@-] (API.md "Ids").
+bool valid_session_id(std::string_view sid);
+// Turn ids are made here: "t_" + 26 characters of a time-ordered, URL-safe alphabet.
+std::string make_turn_id();
+bool plausible_turn_id(std::string_view tid);
+
+} // namespace baton

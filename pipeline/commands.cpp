@@ -1,0 +1,51 @@
+#include "pipeline/stages.hpp"
+
+namespace baton::pipeline {
+
+namespace {
+std::string_view trim(std::string_view s) {
+    while (!s.empty() &&
+           (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r'))
+        s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r'))
+        s.remove_suffix(1);
+    return s;
+}
+
+tape_entry make_anchor(std::string_view name) {
+    tape_entry e;
+    e.kind = tape_kind::anchor;
+    e.payload = {{"name", name}, {"summary", ""}};
+    e.created_at = now_ms();
+    return e;
+}
+} // namespace
+
+std::optional<std::string> run_command(turn_context& ctx, std::string_view text) {
+    text = trim(text);
+    if (!text.starts_with('/')) return std::nullopt;
+    auto space = text.find_first_of(" \t");
+    std::string_view word = text.substr(0, space);
+    std::string_view arg =
+        space == std::string_view::npos ? std::string_view{} : trim(text.substr(space));
+
+    if (word == "/help")
+        return std::string("commands: /help (this list), /model (the agent's model), "
+                           "/handoff [name] (start a new context anchor), /reset (forget the context)");
+    if (word == "/model") {
+        const auto& m = ctx.agent->config.model;
+        return "agent " + ctx.agent->config.name + " uses " + m.provider + ":" + m.model;
+    }
+    if (word == "/handoff") {
+        std::string name = arg.empty() ? std::string("handoff") : std::string(arg);
+        ctx.new_entries.push_back(make_anchor(name));
+        return "handed off to a new anchor: " + name;
+    }
+    if (word == "/reset") {
+        ctx.new_entries.push_back(make_anchor("reset"));
+        return std::string("context reset; the tape keeps the history");
+    }
+    return std::nullopt;
+}
+
+} // namespace baton::pipeline

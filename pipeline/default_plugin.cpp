@@ -1,0 +1,18 @@
+#include "pipeline/stages.hpp"
+
+namespace baton {
+
+plugin make_default_plugin(store_runner& db) {
+    plugin p;
+    p.name = "builtin";
+    p.resolve_session = pipeline::resolve_session;
+    p.load_state = [&db](turn_context& ctx) { return pipeline::load_state(db, ctx); };
+    p.build_prompt = pipeline::build_prompt;
+    p.run_model = pipeline::run_model;
+    p.save_state = [&db](turn_context& ctx) { return pipeline::save_state(db, ctx); };
+    p.render_outbound = pipeline::render_outbound;
+    p.dispatch_outbound = pipeline::dispatch_outbound;
+    return p;
+}
+
+} // namespace baton

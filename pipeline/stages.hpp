@@ -1,0 +1,24 @@
+// The default implementation of each turn stage (one file per stage in pipeline/). The framework
+// registers them as its first plugin, so any plugin registered later overrides them.
+#pragma once
+
+#include <baton/framework.hpp>
+
+namespace baton::pipeline {
+
+// How many tape entries load_state restores as the context window (never the whole tape).
+inline constexpr std::size_t history_window = 64;
+
+asio::awaitable<std::optional<std::string>> resolve_session(turn_context& ctx);
+asio::awaitable<std::optional<json::object>> load_state(store_runner& db, turn_context& ctx);
+asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx);
+asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p);
+asio::awaitable<void> save_state(store_runner& db, turn_context& ctx);
+asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
+asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);
+
+// Direct commands (`/help`, `/model`, `/handoff [name]`, `/reset`): the reply, or nullopt when the
+// text is not one. May append tape entries (anchors) to ctx.new_entries.
+std::optional<std::string> run_command(turn_context& ctx, std::string_view text);
+
+} // namespace baton::pipeline

@@ -1,0 +1,122 @@
+#include "src/admission.hpp"
+
+#include <algorithm>
+#include <functional>
+
+namespace baton::detail {
+
+actor_registry::actor_registry(boost::asio::any_io_executor ex, std::size_t shards)
+    : ex_(std::move(ex)), shards_(shards) {}
+
+actor_registry::shard& actor_registry::shard_for(const std::string& sid, std::size_t* index) {
+    std::size_t i = std::hash<std::string>{}(sid) % shards_.size();
+    if (index) *index = i;
+    return shards_[i];
+}
+
+std::shared_ptr<session_actor> actor_registry::get_or_create(shard& sh, std::size_t index,
+                                                             const std::string& sid) {
+    auto& slot = sh.actors[sid];
+    if (!slot) slot = std::make_shared<session_actor>(sid, ex_, index);
+    return slot;
+}
+
+void actor_registry::evict_if_idle(shard& sh, session_actor& a) {
+    if (a.drainer || a.busy || !a.queue.empty()) return;
+    auto it = sh.actors.find(a.session_id);
+    if (it != sh.actors.end() && it->second.get() == &a) sh.actors.erase(it);
+}
+
+std::variant<reservation, api_error>
+actor_registry::reserve(const std::string& sid, const admission_config& adm, const turn_record& rec) {
+    std::size_t index = 0;
+    auto& sh = shard_for(sid, &index);
+    std::lock_guard lock(sh.mutex);
+    auto it = sh.actors.find(sid);
+    if (it != sh.actors.end()) {
+        auto& a = *it->second;
+        bool would_wait = a.busy || !a.queue.empty();
+        if (would_wait && adm.mode == admission_mode::reject)
+            return api_error{errc::session_busy, "session " + sid + " is running a turn"};
+        if (would_wait && static_cast<std::int64_t>(a.queue.size()) >= adm.max_queued)
+            return api_error{errc::session_queue_full, "session " + sid + " already has " +
+                                                           std::to_string(a.queue.size()) +
+                                                           " messages waiting"};
+    }
+    auto actor = get_or_create(sh, index, sid);
+    auto slot = std::make_shared<turn_slot>();
+    slot->record = rec;
+    actor->queue.push_back(slot);
+    return reservation{std::move(actor), std::move(slot)};
+}
+
+void actor_registry::mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s) {
+    std::lock_guard lock(shards_[a.shard].mutex);
+    s->ready = true;
+}
+
+void actor_registry::release(session_actor& a, const std::shared_ptr<turn_slot>& s) {
+    auto& sh = shards_[a.shard];
+    std::lock_guard lock(sh.mutex);
+    auto it = std::find(a.queue.begin(), a.queue.end(), s);
+    if (it != a.queue.end()) a.queue.erase(it);
+    evict_if_idle(sh, a);
+}
+
+std::shared_ptr<session_actor> actor_registry::requeue(const turn_record& rec) {
+    std::size_t index = 0;
+    auto& sh = shard_for(rec.session_id, &index);
+    std::lock_guard lock(sh.mutex);
+    auto actor = get_or_create(sh, index, rec.session_id);
+    auto slot = std::make_shared<turn_slot>();
+    slot->record = rec;
+    slot->ready = true;
+    actor->queue.push_back(std::move(slot));
+    return actor;
+}
+
+bool actor_registry::claim_drainer(session_actor& a, bool draining) {
+    std::lock_guard lock(shards_[a.shard].mutex);
+    if (a.drainer || draining || a.queue.empty() || !a.queue.front()->ready) return false;
+    a.drainer = true;
+    return true;
+}
+
+std::optional<turn_slot> actor_registry::next_turn(session_actor& a, bool draining) {
+    auto& sh = shards_[a.shard];
+    std::lock_guard lock(sh.mutex);
+    if (draining || a.queue.empty() || !a.queue.front()->ready) {
+        // The head is still being stored: mark_ready's kick starts a new drainer.
+        a.drainer = false;
+        evict_if_idle(sh, a);
+        return std::nullopt;
+    }
+    turn_slot next = std::move(*a.queue.front());
+    a.queue.pop_front();
+    a.busy = true;
+    return next;
+}
+
+void actor_registry::turn_done(session_actor& a) {
+    std::lock_guard lock(shards_[a.shard].mutex);
+    a.busy = false;
+}
+
+live_status actor_registry::status(const std::string& sid) {
+    auto& sh = shard_for(sid);
+    std::lock_guard lock(sh.mutex);
+    auto it = sh.actors.find(sid);
+    if (it == sh.actors.end()) return {};
+    return {it->second->busy, static_cast<std::int64_t>(it->second->queue.size())};
+}
+
+std::size_t actor_registry::live_sessions() {
+    std::size_t n = 0;
+    for (auto& sh : shards_) {
+        std::lock_guard lock(sh.mutex);
+        n += sh.actors.size();
+    }
+    return n;
+}
+
+} // namespace baton::detail

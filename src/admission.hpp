@@ -1,0 +1,86 @@
+// Session actors and their registry: who may run next in each session. The bookkeeping (queue,
+// busy flag, drainer claim, eviction) is plain code under a sharded mutex; runtime.cpp drives it.
+#pragma once
+
+#include <baton/config.hpp>
+#include <baton/errors.hpp>
+#include <baton/types.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace baton::detail {
+
+struct turn_slot {
+    turn_record record;
+    bool ready = false; // stored; may run
+};
+
+struct session_actor {
+    session_actor(std::string sid, boost::asio::any_io_executor ex, std::size_t shard_index)
+        : session_id(std::move(sid)), strand(boost::asio::make_strand(ex)), shard(shard_index) {}
+
+    const std::string session_id;
+    boost::asio::strand<boost::asio::any_io_executor> strand;
+    const std::size_t shard;
+    // Guarded by the shard's mutex.
+    std::deque<std::shared_ptr<turn_slot>> queue;
+    bool drainer = false; // a drain coroutine owns the session
+    bool busy = false;    // a turn is running
+};
+
+struct reservation {
+    std::shared_ptr<session_actor> actor;
+    std::shared_ptr<turn_slot> slot;
+};
+
+struct live_status {
+    bool busy = false;
+    std::int64_t queued = 0;
+};
+
+class actor_registry {
+public:
+    explicit actor_registry(boost::asio::any_io_executor ex, std::size_t shards = 64);
+
+    // Takes a place at the back of the session's queue, or says why not (reject mode, full queue).
+    std::variant<reservation, api_error> reserve(const std::string& sid, const admission_config& adm,
+                                                 const turn_record& rec);
+    void mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s);
+    // Gives a place back (the store refused or replayed); evicts an actor left idle.
+    void release(session_actor& a, const std::shared_ptr<turn_slot>& s);
+    // Puts a stored turn back in its session's queue (recovery); no bound applies.
+    std::shared_ptr<session_actor> requeue(const turn_record& rec);
+
+    // True when the caller must start the session's drainer: none runs and the head is ready.
+    bool claim_drainer(session_actor& a, bool draining);
+    // The drainer's next turn; nullopt ends the drainer (and evicts the actor when it is idle).
+    std::optional<turn_slot> next_turn(session_actor& a, bool draining);
+    void turn_done(session_actor& a);
+
+    live_status status(const std::string& sid);
+    std::size_t live_sessions();
+
+private:
+    struct shard {
+        std::mutex mutex;
+        std::unordered_map<std::string, std::shared_ptr<session_actor>> actors;
+    };
+    shard& shard_for(const std::string& sid, std::size_t* index = nullptr);
+    std::shared_ptr<session_actor> get_or_create(shard& sh, std::size_t index, const std::string& sid);
+    static void evict_if_idle(shard& sh, session_actor& a);
+
+    boost::asio::any_io_executor ex_;
+    std::vector<shard> shards_;
+};
+
+} // namespace baton::detail

@@ -1,0 +1,394 @@
+#include <baton/config.hpp>
+
+#include "config_walk.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+namespace baton {
+
+namespace json = boost::json;
+using detail::config_errors;
+using detail::index_path;
+using detail::object_reader;
+
+namespace {
+
+constexpr std::array<std::string_view, 5> admission_names{"queue", "collect", "steer", "interrupt",
+                                                          "reject"};
+constexpr std::string_view builtin_tools[] = {"clock"};
+constexpr std::string_view http_url_message = "expected an http:// or https:// URL";
+
+bool is_builtin_tool(std::string_view name) {
+    return std::find(std::begin(builtin_tools), std::end(builtin_tools), name) !=
+           std::end(builtin_tools);
+}
+
+// OpenAI function names: 1-64 characters of [A-Za-z0-9_-] (exactly the keys child_path leaves bare).
+bool is_tool_name(std::string_view name) {
+    return !name.empty() && name.size() <= 64 && detail::child_path("", name) == name;
+}
+
+bool is_hex64(std::string_view s) {
+    if (s.size() != 64) return false;
+    for (char c : s)
+        if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+    return true;
+}
+
+void read_url(const object_reader& o, std::string_view key, std::string& out) {
+    if (o.read(key, out) && !detail::is_http_url(out)) o.fail(key, std::string(http_url_message));
+}
+
+void read_token(config_errors& e, const json::value& v, std::string path, std::set<std::string>& seen,
+                token_config& out) {
+    object_reader o(e, v, std::move(path), {"sha256", "tenant"});
+    if (o.require("sha256") && o.read("sha256", out.sha256)) {
+        for (char& c : out.sha256)
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (!is_hex64(out.sha256))
+            o.fail("sha256", "expected 64 hex characters");
+        else if (!seen.insert(out.sha256).second)
+            o.fail("sha256", "duplicate token");
+    }
+    if (o.require("tenant")) o.read_text("tenant", out.tenant);
+}
+
+void read_server(config_errors& e, const json::value& v, server_config& out) {
+    object_reader o(
+        e, v, "server",
+        {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms"});
+    if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
+        o.fail("listen", "expected HOST:PORT with port 0..65535");
+    o.read("threads", out.threads, 0);
+    o.read("max_body_bytes", out.max_body_bytes, 1);
+    o.read("header_timeout_ms", out.header_timeout);
+    o.read("idle_timeout_ms", out.idle_timeout);
+    if (const json::array* tokens = o.array("tokens")) {
+        std::set<std::string> seen;
+        out.tokens.assign(tokens->size(), token_config{});
+        for (std::size_t i = 0; i < tokens->size(); ++i)
+            read_token(e, (*tokens)[i], index_path(o.path("tokens"), i), seen, out.tokens[i]);
+    }
+}
+
+void read_storage(config_errors& e, const json::value& v, storage_config& out) {
+    object_reader o(e, v, "storage", {"sqlite", "postgres", "memory"});
+    if (!o) return;
+    if (o.has("sqlite") + o.has("postgres") + o.has("memory") != 1)
+        o.fail("", "expected exactly one of sqlite, postgres, memory");
+    if (const json::value* s = o.find("sqlite")) {
+        out.type = storage_config::kind::sqlite;
+        object_reader so(e, *s, o.path("sqlite"), {"path", "synchronous"});
+        so.read_text("path", out.sqlite_path);
+        if (so.read("synchronous", out.sqlite_synchronous) && out.sqlite_synchronous != "off" &&
+            out.sqlite_synchronous != "normal" && out.sqlite_synchronous != "full")
+            so.fail("synchronous", "expected one of: off, normal, full");
+    }
+    if (const json::value* p = o.find("postgres")) {
+        out.type = storage_config::kind::postgres;
+        object_reader po(e, *p, o.path("postgres"), {"conninfo"});
+        if (po.require("conninfo")) po.read_text("conninfo", out.postgres_conninfo);
+    }
+    if (const json::value* m = o.find("memory")) {
+        out.type = storage_config::kind::memory;
+        [[maybe_unused]] object_reader mo(e, *m, o.path("memory"), {}); // reports any key
+    }
+}
+
+void read_model(config_errors& e, const json::value& v, std::string path, model_config& out) {
+    object_reader o(e, v, std::move(path),
+                    {"provider", "base_url", "model", "api_key_env", "stream", "timeout_ms",
+                     "max_output_tokens", "context_window"});
+    if (!o) return;
+    // Required so that a forgotten provider does not silently run the echo model.
+    if (o.require("provider") && o.read("provider", out.provider) && out.provider != "openai" &&
+        out.provider != "echo")
+        o.fail("provider", "expected one of: openai, echo");
+    if (out.provider == "openai") o.require("model");
+    o.read_text("model", out.model);
+    read_url(o, "base_url", out.base_url);
+    o.read("api_key_env", out.api_key_env);
+    o.read("stream", out.stream);
+    o.read("timeout_ms", out.timeout);
+    o.read("max_output_tokens", out.max_output_tokens, 1);
+    o.read("context_window", out.context_window, 1);
+}
+
+void read_limits(config_errors& e, const json::value& v, std::string path, limits_config& out) {
+    object_reader o(
+        e, v, std::move(path),
+        {"max_steps", "turn_timeout_ms", "tool_timeout_ms", "max_reply_bytes", "max_parallel_tools"});
+    o.read("max_steps", out.max_steps, 1);
+    o.read("turn_timeout_ms", out.turn_timeout);
+    o.read("tool_timeout_ms", out.tool_timeout);
+    o.read("max_reply_bytes", out.max_reply_bytes, 1);
+    o.read("max_parallel_tools", out.max_parallel_tools, 1);
+}
+
+void read_thresholds(const object_reader& o, std::vector<double>& out) {
+    const json::array* a = o.array("compaction_thresholds");
+    if (a == nullptr) return;
+    const std::string path = o.path("compaction_thresholds");
+    if (a->empty()) return o.fail("compaction_thresholds", "must not be empty");
+    std::vector<double> values(a->size());
+    bool ok = true;
+    for (std::size_t i = 0; i < a->size(); ++i) {
+        if (!detail::read_number(o.errors(), (*a)[i], index_path(path, i), values[i])) {
+            ok = false;
+        } else if (!(values[i] > 0.0 && values[i] <= 1.0)) {
+            o.errors().push_back({index_path(path, i), "must be in (0, 1]"});
+            ok = false;
+        } else if (i > 0 && ok && values[i] <= values[i - 1]) {
+            o.errors().push_back({index_path(path, i), "must be greater than the previous threshold"});
+            ok = false;
+        }
+    }
+    if (ok) out = std::move(values);
+}
+
+void read_context(config_errors& e, const json::value& v, std::string path, context_config& out) {
+    object_reader o(e, v, std::move(path),
+                    {"reserve_output_tokens", "compaction_thresholds", "idle_compaction_after_ms"});
+    o.read("reserve_output_tokens", out.reserve_output_tokens, 0);
+    read_thresholds(o, out.compaction_thresholds);
+    o.read("idle_compaction_after_ms", out.idle_compaction_after);
+}
+
+void read_admission(config_errors& e, const json::value& v, std::string path, admission_config& out) {
+    object_reader o(e, v, std::move(path), {"mode", "max_queued"});
+    std::string mode;
+    if (o.read("mode", mode)) {
+        if (auto m = parse_admission_mode(mode))
+            out.mode = *m;
+        else
+            o.fail("mode", "expected one of: queue, collect, steer, interrupt, reject");
+    }
+    o.read("max_queued", out.max_queued, 0);
+}
+
+void check_agent_tools(const object_reader& o, const agent_config& a, const config& cfg) {
+    std::set<std::string_view> seen;
+    for (std::size_t i = 0; i < a.tools.size(); ++i) {
+        const std::string& t = a.tools[i];
+        std::string path = index_path(o.path("tools"), i);
+        if (!is_builtin_tool(t) && cfg.tools.count(t) == 0)
+            o.errors().push_back({path, "unknown tool \"" + t + "\""});
+        else if (!seen.insert(t).second)
+            o.errors().push_back({path, "duplicate tool \"" + t + "\""});
+    }
+}
+
+void read_agent(config_errors& e, const json::value& v, std::string path, const config& cfg,
+                agent_config& out) {
+    object_reader o(e, v, std::move(path),
+                    {"model", "instructions", "tools", "limits", "context", "admission"});
+    if (!o) return;
+    if (const json::value* m = o.find("model")) read_model(e, *m, o.path("model"), out.model);
+    o.read("instructions", out.instructions);
+    if (o.read("tools", out.tools)) check_agent_tools(o, out, cfg);
+    if (const json::value* l = o.find("limits")) read_limits(e, *l, o.path("limits"), out.limits);
+    if (const json::value* c = o.find("context")) read_context(e, *c, o.path("context"), out.context);
+    if (const json::value* a = o.find("admission"))
+        read_admission(e, *a, o.path("admission"), out.admission);
+    if (out.context.reserve_output_tokens >= out.model.context_window)
+        e.push_back({o.path("context") + ".reserve_output_tokens",
+                     "must be less than model.context_window (" +
+                         std::to_string(out.model.context_window) + ")"});
+}
+
+void read_tool(config_errors& e, const json::value& v, std::string path, tool_config& out) {
+    object_reader o(e, v, std::move(path), {"kind", "url", "timeout_ms", "description", "parameters"});
+    if (!o) return;
+    if (o.read("kind", out.kind) && out.kind != "http") o.fail("kind", "expected one of: http");
+    if (out.kind == "http" && o.require("url")) read_url(o, "url", out.url);
+    o.read("timeout_ms", out.timeout);
+    o.read("description", out.description);
+    if (const json::object* p = o.object("parameters")) out.parameters = *p;
+}
+
+void read_tools(config_errors& e, const json::value& v, std::map<std::string, tool_config>& out) {
+    const json::object* tools = detail::as_object(e, v, "tools");
+    if (tools == nullptr) return;
+    for (const auto& [key, value] : *tools) {
+        std::string name(key.data(), key.size());
+        std::string path = detail::child_path("tools", name);
+        if (!is_tool_name(name))
+            e.push_back({path, "tool name must be 1-64 characters of [A-Za-z0-9_-]"});
+        else if (is_builtin_tool(name))
+            e.push_back({path, "name is taken by a builtin tool"});
+        read_tool(e, value, path, out[name]);
+    }
+}
+
+void read_agents(config_errors& e, const json::value& v, config& cfg) {
+    const json::object* agents = detail::as_object(e, v, "agents");
+    if (agents == nullptr) return;
+    for (const auto& [key, value] : *agents) {
+        std::string name(key.data(), key.size());
+        std::string path = detail::child_path("agents", name);
+        if (name.empty()) e.push_back({path, "agent name must not be empty"});
+        agent_config& a = cfg.agents[name];
+        a.name = name;
+        read_agent(e, value, path, cfg, a);
+    }
+}
+
+void read_webhook(config_errors& e, const json::value& v, std::string path, channels_config& out) {
+    object_reader o(e, v, std::move(path), {"targets"});
+    const json::object* targets = o.object("targets");
+    if (targets == nullptr) return;
+    for (const auto& [key, value] : *targets) {
+        std::string name(key.data(), key.size());
+        object_reader t(e, value, detail::child_path(o.path("targets"), name), {"url", "timeout_ms"});
+        webhook_target& target = out.webhook_targets[name];
+        if (t.require("url")) read_url(t, "url", target.url);
+        t.read("timeout_ms", target.timeout);
+    }
+}
+
+void read_telegram(config_errors& e, const json::value& v, std::string path, channels_config& out) {
+    object_reader o(e, v, std::move(path), {"token_env", "api_base", "allow_chats"});
+    if (!o) return;
+    std::string token_env;
+    if (o.require("token_env") && o.read_text("token_env", token_env))
+        out.telegram_token_env = token_env;
+    read_url(o, "api_base", out.telegram_api_base);
+    const json::array* chats = o.array("allow_chats");
+    if (chats == nullptr) return;
+    // Chat ids are integers in the Bot API; strings are accepted too.
+    for (std::size_t i = 0; i < chats->size(); ++i) {
+        const json::value& c = (*chats)[i];
+        if (c.is_string())
+            out.telegram_allow_chats.emplace_back(c.get_string().data(), c.get_string().size());
+        else if (c.is_int64() || c.is_uint64())
+            out.telegram_allow_chats.push_back(json::serialize(c));
+        else
+            e.push_back({index_path(o.path("allow_chats"), i), "expected string or integer"});
+    }
+}
+
+void read_schedule(config_errors& e, const json::value& v, std::string path, const config& cfg,
+                   schedule_config& out) {
+    object_reader o(e, v, std::move(path), {"every_ms", "cron", "session", "agent", "text"});
+    if (!o) return;
+    if (o.has("every_ms") == o.has("cron")) o.fail("", "expected exactly one of every_ms, cron");
+    std::int64_t every = 0;
+    if (o.read("every_ms", every, 1)) out.every_ms = every;
+    o.read_text("cron", out.cron);
+    if (o.require("session") && o.read("session", out.session) && !detail::is_session_id(out.session))
+        o.fail("session", "expected 1-128 characters of [A-Za-z0-9._:@-]");
+    if (o.read("agent", out.agent) && cfg.agents.count(out.agent) == 0)
+        o.fail("agent", "unknown agent \"" + out.agent + "\"");
+    if (o.require("text")) o.read_text("text", out.text);
+}
+
+void read_channels(config_errors& e, const json::value& v, const config& cfg, channels_config& out) {
+    object_reader o(e, v, "channels", {"ws", "webhook", "telegram", "schedules"});
+    if (const json::value* ws = o.find("ws")) {
+        object_reader w(e, *ws, o.path("ws"), {"enabled"});
+        w.read("enabled", out.ws_enabled);
+    }
+    if (const json::value* w = o.find("webhook")) read_webhook(e, *w, o.path("webhook"), out);
+    if (const json::value* t = o.find("telegram")) read_telegram(e, *t, o.path("telegram"), out);
+    if (const json::array* s = o.array("schedules")) {
+        out.schedules.assign(s->size(), schedule_config{});
+        for (std::size_t i = 0; i < s->size(); ++i)
+            read_schedule(e, (*s)[i], index_path(o.path("schedules"), i), cfg, out.schedules[i]);
+    }
+}
+
+} // namespace
+
+std::string_view to_string(admission_mode m) {
+    return admission_names.at(static_cast<std::size_t>(m));
+}
+
+std::optional<admission_mode> parse_admission_mode(std::string_view s) {
+    for (std::size_t i = 0; i < admission_names.size(); ++i)
+        if (admission_names[i] == s) return static_cast<admission_mode>(i);
+    return std::nullopt;
+}
+
+config_result parse_config(std::string_view json_text) {
+    config_result r;
+    json::value root = detail::parse_json_strict(json_text, r.errors);
+    if (root.is_null() && !r.errors.empty()) return r;
+    if (!root.is_object()) {
+        r.errors.push_back({"", "the config must be a JSON object"});
+        return r;
+    }
+    object_reader o(r.errors, root, "", {"server", "storage", "agents", "tools", "channels"});
+    if (const json::value* v = o.find("server")) read_server(r.errors, *v, r.cfg.server);
+    if (const json::value* v = o.find("storage")) read_storage(r.errors, *v, r.cfg.storage);
+    // Tools before agents (agents name tools), agents before channels (schedules name agents).
+    if (const json::value* v = o.find("tools")) read_tools(r.errors, *v, r.cfg.tools);
+    if (const json::value* v = o.find("agents")) read_agents(r.errors, *v, r.cfg);
+    if (r.cfg.agents.empty()) {
+        try {
+            r.cfg.agents = default_config().agents;
+        } catch (const std::invalid_argument& e) {
+            r.errors.push_back({"", e.what()});
+            r.cfg.agents.emplace("default", agent_config{});
+        }
+    }
+    if (const json::value* v = o.find("channels")) read_channels(r.errors, *v, r.cfg, r.cfg.channels);
+    return r;
+}
+
+config_result load_config_file(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    std::string text;
+    int err = f == nullptr ? errno : 0;
+    if (f != nullptr) {
+        char buf[65536];
+        std::size_t n = 0;
+        while ((n = std::fread(buf, 1, sizeof buf, f)) > 0)
+            text.append(buf, n);
+        if (std::ferror(f)) err = errno != 0 ? errno : EIO;
+        std::fclose(f);
+    }
+    if (err != 0) {
+        config_result r;
+        r.errors.push_back({"", "cannot read " + path + ": " + std::strerror(err)});
+        return r;
+    }
+    return parse_config(text);
+}
+
+config default_config() {
+    config cfg;
+    agent_config agent;
+    agent.name = "default";
+    agent.tools = {"clock"};
+    const char* model = std::getenv("BATON_MODEL");
+    std::string_view spec = model == nullptr ? "" : model;
+    constexpr std::string_view openai_prefix = "openai:";
+    if (spec.empty() || spec == "echo") {
+        agent.model.provider = "echo";
+        agent.model.model = "echo";
+    } else if (spec.size() > openai_prefix.size() &&
+               spec.substr(0, openai_prefix.size()) == openai_prefix) {
+        agent.model.provider = "openai";
+        agent.model.model = std::string(spec.substr(openai_prefix.size()));
+        const char* base = std::getenv("BATON_MODEL_BASE_URL");
+        if (base != nullptr && *base != '\0') {
+            if (!detail::is_http_url(base))
+                throw std::invalid_argument("BATON_MODEL_BASE_URL: " + std::string(http_url_message));
+            agent.model.base_url = base;
+        }
+    } else {
+        throw std::invalid_argument("BATON_MODEL: expected `echo` or `openai:<model>`");
+    }
+    cfg.agents.emplace("default", std::move(agent));
+    return cfg;
+}
+
+} // namespace baton

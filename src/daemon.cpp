@@ -1,0 +1,192 @@
+#include "src/daemon.hpp"
+
+#include <baton/framework.hpp>
+#include <baton/http_server.hpp>
+#include <baton/log.hpp>
+#include <baton/runtime.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <thread>
+
+namespace baton {
+
+namespace {
+using asio::ip::tcp;
+
+std::optional<tcp::endpoint> parse_endpoint(const std::string& s, std::string& error) {
+    auto colon = s.rfind(':');
+    if (colon == std::string::npos) {
+        error = "expected HOST:PORT, got " + s;
+        return std::nullopt;
+    }
+    std::string host = s.substr(0, colon), port = s.substr(colon + 1);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
+    if (host == "localhost") host = "127.0.0.1";
+    boost::system::error_code ec;
+    auto addr = asio::ip::make_address(host, ec);
+    if (ec) {
+        error = "not an IP address: " + host;
+        return std::nullopt;
+    }
+    int p = -1;
+    try {
+        std::size_t used = 0;
+        p = std::stoi(port, &used);
+        if (used != port.size()) p = -1;
+    } catch (...) {
+    }
+    if (p < 0 || p > 65535) {
+        error = "not a port: " + port;
+        return std::nullopt;
+    }
+    return tcp::endpoint(addr, static_cast<unsigned short>(p));
+}
+
+std::shared_ptr<store> open_store(const config& cfg) {
+    switch (cfg.storage.type) {
+    case storage_config::kind::memory:
+        return make_memory_store();
+    case storage_config::kind::postgres:
+        throw std::runtime_error("storage.postgres: PostgreSQL storage is not available in this build");
+    case storage_config::kind::sqlite:
+        break;
+    }
+    return make_sqlite_store({cfg.storage.sqlite_path, cfg.storage.sqlite_synchronous});
+}
+
+std::shared_ptr<model_client> make_model(const agent_config& a) {
+    if (a.model.provider == "echo") return make_echo_model();
+    throw std::runtime_error("agents." + a.name + ".model.provider: provider " + a.model.provider +
+                             " is not available in this build");
+}
+
+std::string url_host(const tcp::endpoint& ep) {
+    auto a = ep.address();
+    return a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
+}
+} // namespace
+
+int run_daemon(const serve_options& opts) {
+    config cfg;
+    try {
+        if (opts.config_file) {
+            auto loaded = load_config_file(*opts.config_file);
+            if (!loaded.errors.empty()) {
+                for (auto& e : loaded.errors)
+                    std::cerr << *opts.config_file << ": " << e.to_string() << "\n";
+                return 2;
+            }
+            cfg = std::move(loaded.cfg);
+        } else {
+            cfg = default_config();
+        }
+    } catch (const std::exception& e) {
+        std::cerr << "baton: " << e.what() << "\n";
+        return 2;
+    }
+    if (opts.listen) cfg.server.listen = *opts.listen;
+    if (opts.threads) cfg.server.threads = *opts.threads;
+    if (opts.data_dir)
+        cfg.storage.sqlite_path = (std::filesystem::path(*opts.data_dir) / "baton.db").string();
+    else if (!opts.config_file)
+        cfg.storage.sqlite_path = "var/baton.db";
+
+    std::string error;
+    auto ep = parse_endpoint(cfg.server.listen, error);
+    if (!ep) {
+        std::cerr << "baton: --listen: " << error << "\n";
+        return 2;
+    }
+    if (!ep->address().is_loopback() && cfg.server.tokens.empty() && !opts.insecure_no_auth) {
+        std::cerr << "baton: refusing to listen on " << cfg.server.listen
+                  << " without server.tokens; pass --insecure-no-auth to allow it\n";
+        return 2;
+    }
+    if (!cfg.server.tokens.empty()) {
+        std::cerr << "baton: server.tokens: bearer-token auth is not available in this build\n";
+        return 2;
+    }
+
+    unsigned threads = cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads)
+                                              : std::max(1u, std::thread::hardware_concurrency());
+    asio::io_context ioc(static_cast<int>(threads));
+    std::shared_ptr<store> st;
+    std::unique_ptr<store_runner> db;
+    std::unique_ptr<framework> fw;
+    try {
+        st = open_store(cfg);
+        db = std::make_unique<store_runner>(st);
+        fw = std::make_unique<framework>(*db);
+        for (auto& [name, a] : cfg.agents)
+            fw->add_agent(agent{a, make_model(a)});
+    } catch (const std::exception& e) {
+        std::cerr << "baton: " << e.what() << "\n";
+        return 1;
+    }
+    runtime rt(ioc.get_executor(), *fw);
+    std::atomic<bool> ready{false};
+    http_server_options hopts;
+    hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
+    hopts.header_timeout = cfg.server.header_timeout;
+    hopts.idle_timeout = cfg.server.idle_timeout;
+    http_server server(ioc.get_executor(), rt, hopts, [&] { return ready.load() && !rt.draining(); });
+    if (auto ec = server.listen(*ep)) {
+        std::cerr << "baton: cannot listen on " << cfg.server.listen << ": " << ec.message() << "\n";
+        return 1;
+    }
+
+    // The guard comes first: a run() that finds no work would leave the io_context stopped.
+    auto work = asio::make_work_guard(ioc);
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < threads; ++i)
+        pool.emplace_back([&] { ioc.run(); });
+
+    int exit_code = 0;
+    try {
+        auto recovered = asio::co_spawn(ioc, rt.recover(), asio::use_future);
+        recovered.get();
+    } catch (const std::exception& e) {
+        log::error("recovery failed", {{"error", e.what()}});
+        exit_code = 1;
+    }
+    asio::signal_set signals(ioc, SIGINT, SIGTERM);
+    if (exit_code == 0) {
+        server.start();
+        ready.store(true);
+        auto local = server.local_endpoint();
+        std::cout << "listening on http://" << url_host(local) << ":" << local.port() << std::endl;
+        log::info("ready",
+                  {{"listen", url_host(local) + ":" + std::to_string(local.port())},
+                   {"threads", threads},
+                   {"storage", cfg.storage.type == storage_config::kind::sqlite ? cfg.storage.sqlite_path
+                                                                                : "memory"}});
+        std::promise<int> stop_signal;
+        signals.async_wait(
+            [&](const boost::system::error_code& ec, int sig) { stop_signal.set_value(ec ? 0 : sig); });
+        int sig = stop_signal.get_future().get();
+        log::info("draining", {{"signal", sig}, {"running_turns", rt.running_turns()}});
+        server.stop();
+        try {
+            asio::co_spawn(ioc, rt.drain(std::chrono::seconds(10)), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("drain failed", {{"error", e.what()}});
+        }
+    }
+    work.reset();
+    ioc.stop();
+    for (auto& t : pool)
+        t.join();
+    db->stop();
+    log::info("stopped");
+    return exit_code;
+}
+
+} // namespace baton

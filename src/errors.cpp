@@ -1,0 +1,72 @@
+#include <baton/errors.hpp>
+
+namespace baton {
+
+namespace {
+struct entry {
+    std::string_view name;
+    unsigned status;
+};
+
+entry lookup(errc e) {
+    switch (e) {
+    case errc::invalid_json:
+        return {"invalid_json", 400};
+    case errc::invalid_request:
+        return {"invalid_request", 400};
+    case errc::unauthorized:
+        return {"unauthorized", 401};
+    case errc::not_found:
+        return {"not_found", 404};
+    case errc::method_not_allowed:
+        return {"method_not_allowed", 405};
+    case errc::idempotency_key_reused:
+        return {"idempotency_key_reused", 409};
+    case errc::turn_not_running:
+        return {"turn_not_running", 409};
+    case errc::session_busy:
+        return {"session_busy", 409};
+    case errc::payload_too_large:
+        return {"payload_too_large", 413};
+    case errc::unsupported_media_type:
+        return {"unsupported_media_type", 415};
+    case errc::session_queue_full:
+        return {"session_queue_full", 429};
+    case errc::overloaded:
+        return {"overloaded", 429};
+    case errc::draining:
+        return {"draining", 503};
+    case errc::request_timeout:
+        return {"request_timeout", 408};
+    case errc::internal_error:
+        return {"internal_error", 500};
+    }
+    return {"internal_error", 500};
+}
+
+class category final : public boost::system::error_category {
+public:
+    const char* name() const noexcept override { return "baton"; }
+    std::string message(int ev) const override {
+        return std::string(lookup(static_cast<errc>(ev)).name);
+    }
+};
+} // namespace
+
+const boost::system::error_category& baton_category() noexcept {
+    static const category c;
+    return c;
+}
+
+boost::system::error_code make_error_code(errc e) noexcept {
+    return {static_cast<int>(e), baton_category()};
+}
+
+std::string_view code_name(errc e) {
+    return lookup(e).name;
+}
+unsigned http_status(errc e) {
+    return lookup(e).status;
+}
+
+} // namespace baton

@@ -1,0 +1,203 @@
+#include <baton/framework.hpp>
+
+#include <boost/asio/this_coro.hpp>
+
+namespace baton {
+
+framework::framework(store_runner& db) : db_(db) {
+    plugins_.push_back(make_default_plugin(db));
+}
+
+void framework::register_plugin(plugin p) {
+    plugins_.push_back(std::move(p));
+}
+
+void framework::add_agent(agent a) {
+    auto name = a.config.name;
+    agents_.insert_or_assign(std::move(name), std::move(a));
+}
+
+const agent* framework::find_agent(std::string_view name) const {
+    auto it = agents_.find(name);
+    return it == agents_.end() ? nullptr : &it->second;
+}
+
+void framework::report(std::string_view stage, std::exception_ptr e, const inbound& in) const {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->on_error) continue;
+        // An observer that throws must not hide the turn's own error.
+        try {
+            it->on_error(stage, e, in);
+        } catch (...) {
+        }
+    }
+}
+
+// Runs one stage; a failure is shown to on_error and re-raised.
+asio::awaitable<void> framework::guarded(std::string_view stage, turn_context& ctx,
+                                         asio::awaitable<void> op) {
+    std::exception_ptr error;
+    try {
+        co_await std::move(op);
+    } catch (...) {
+        error = std::current_exception();
+    }
+    if (error) {
+        report(stage, error, ctx.inbound);
+        std::rethrow_exception(error);
+    }
+}
+
+asio::awaitable<void> framework::resolve_session(turn_context& ctx) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->resolve_session) continue;
+        if (auto sid = co_await it->resolve_session(ctx)) {
+            ctx.session_id = std::move(*sid);
+            co_return;
+        }
+    }
+    throw turn_error("internal_error", "no resolve_session hook produced a session");
+}
+
+asio::awaitable<void> framework::load_state(turn_context& ctx) {
+    // Lowest priority first, so a later-registered plugin wins a key.
+    json::object merged;
+    for (auto& p : plugins_) {
+        if (!p.load_state) continue;
+        if (auto part = co_await p.load_state(ctx))
+            for (auto& kv : *part)
+                merged[kv.key()] = kv.value();
+    }
+    ctx.session_state = std::move(merged);
+}
+
+asio::awaitable<void> framework::build_prompt(turn_context& ctx, prompt& out) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->build_prompt) continue;
+        if (auto p = co_await it->build_prompt(ctx)) {
+            out = std::move(*p);
+            co_return;
+        }
+    }
+    throw turn_error("internal_error", "no build_prompt hook produced a prompt");
+}
+
+asio::awaitable<void> framework::run_model(turn_context& ctx, const prompt& p) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->run_model) continue;
+        if (auto out = co_await it->run_model(ctx, p)) {
+            ctx.output = std::move(*out);
+            co_return;
+        }
+    }
+    throw turn_error("internal_error", "no run_model hook produced an output");
+}
+
+asio::awaitable<void> framework::save_state(turn_context& ctx) {
+    // Every implementation runs, even after one failed; the first failure is raised afterwards.
+    std::exception_ptr first;
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->save_state) continue;
+        try {
+            co_await it->save_state(ctx);
+        } catch (...) {
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+asio::awaitable<void> framework::render_outbound(turn_context& ctx) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->render_outbound) continue;
+        auto items = co_await it->render_outbound(ctx);
+        for (auto& item : items)
+            ctx.outbox.push_back(std::move(item));
+    }
+}
+
+asio::awaitable<void> framework::dispatch_outbound(turn_context& ctx) {
+    for (const auto& item : ctx.outbox) {
+        for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+            if (!it->dispatch_outbound) continue;
+            if (co_await it->dispatch_outbound(ctx, item)) break;
+        }
+    }
+}
+
+asio::awaitable<turn_result> framework::process_inbound(inbound in) {
+    turn_context ctx;
+    if (in.turn_id.empty()) in.turn_id = make_turn_id();
+    ctx.inbound = std::move(in);
+    ctx.agent = find_agent(ctx.inbound.agent);
+    if (!ctx.agent) {
+        auto e = std::make_exception_ptr(
+            turn_error("invalid_request", "unknown agent: " + ctx.inbound.agent));
+        report("resolve_session", e, ctx.inbound);
+        std::rethrow_exception(e);
+    }
+    ctx.state.set_runtime("_runtime_turn_id", json::string(ctx.inbound.turn_id));
+
+    // Before run_model: a failure here ends the turn without save_state.
+    co_await guarded("resolve_session", ctx, resolve_session(ctx));
+    ctx.state.set_runtime("_runtime_session_id", json::string(ctx.session_id));
+    co_await guarded("load_state", ctx, load_state(ctx));
+    prompt p;
+    co_await guarded("build_prompt", ctx, build_prompt(ctx, p));
+
+    if (p.direct_reply) {
+        ctx.direct_command = true;
+        ctx.output = model_output{*p.direct_reply, 0, {}};
+        ctx.new_entries.push_back(make_message("assistant", ctx.output.reply));
+        co_await guarded("save_state", ctx, save_state(ctx));
+    } else {
+        // From here on save_state runs whatever happens to the model run (the seed's finally).
+        ctx.entered_run_model = true;
+        std::exception_ptr model_error;
+        try {
+            co_await run_model(ctx, p);
+        } catch (...) {
+            model_error = std::current_exception();
+        }
+        if (model_error) {
+            report("run_model", model_error, ctx.inbound);
+            std::string code = "internal_error", message = "run_model failed";
+            try {
+                std::rethrow_exception(model_error);
+            } catch (const turn_error& e) {
+                code = e.code(), message = e.what();
+            } catch (const boost::system::system_error& e) {
+                code = e.code() == asio::error::operation_aborted ? "cancelled" : "internal_error";
+                message = e.what();
+            } catch (const std::exception& e) {
+                message = e.what();
+            } catch (...) {
+            }
+            ctx.new_entries.push_back(make_error_entry(code, message));
+            // A cancelled turn must still be able to await its save.
+            co_await asio::this_coro::reset_cancellation_state();
+        }
+        std::exception_ptr save_error;
+        try {
+            co_await guarded("save_state", ctx, save_state(ctx));
+        } catch (...) {
+            save_error = std::current_exception();
+        }
+        if (model_error) std::rethrow_exception(model_error);
+        if (save_error) std::rethrow_exception(save_error);
+    }
+
+    co_await guarded("render_outbound", ctx, render_outbound(ctx));
+    co_await guarded("dispatch_outbound", ctx, dispatch_outbound(ctx));
+
+    turn_result r;
+    r.turn_id = ctx.inbound.turn_id;
+    r.session_id = ctx.session_id;
+    r.reply = std::move(ctx.output.reply);
+    r.steps = ctx.output.steps;
+    r.usage = ctx.output.usage;
+    r.direct_command = ctx.direct_command;
+    co_return r;
+}
+
+} // namespace baton

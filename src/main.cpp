@@ -1,0 +1,124 @@
+// The `baton` command: serve, check-config, --version, --help.
+#include "src/daemon.hpp"
+
+#include <baton/config.hpp>
+
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char* version = "0.1.0";
+
+const char* usage_text = R"(usage: baton <command> [options]
+
+commands:
+  serve          run the daemon (HTTP API on 127.0.0.1:8080 by default)
+  check-config   validate a config file
+options:
+  --version      print the version
+  --help         this text; `baton <command> --help` for a command's options
+)";
+
+const char* serve_help =
+    R"(usage: baton serve [--config FILE] [--listen HOST:PORT] [--data DIR] [--threads N]
+                   [--insecure-no-auth]
+
+  --config FILE        JSON config (API.md); without it: agent "default", SQLite under --data,
+                       the echo model unless BATON_MODEL=openai:<model>
+  --listen HOST:PORT   listen address (default 127.0.0.1:8080; port 0 picks a free one)
+  --data DIR           data directory for the SQLite store (default ./var)
+  --threads N          io threads (default: hardware concurrency)
+  --insecure-no-auth   allow a non-loopback address without server.tokens
+Prints `listening on http://HOST:PORT` when ready; SIGTERM/SIGINT drain and stop.
+)";
+
+const char* check_help = R"(usage: baton check-config FILE
+
+Validates FILE and prints every error with its JSON path. Exit 0 valid, 2 invalid.
+)";
+
+int usage_error(const std::string& msg, const char* help) {
+    std::cerr << "baton: " << msg << "\n" << help;
+    return 2;
+}
+
+int serve(const std::vector<std::string>& args) {
+    baton::serve_options opts;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--help" || a == "-h") {
+            std::cout << serve_help;
+            return 0;
+        }
+        if (a == "--insecure-no-auth") {
+            opts.insecure_no_auth = true;
+            continue;
+        }
+        std::string value;
+        std::string name = a;
+        if (auto eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {
+            name = a.substr(0, eq);
+            value = a.substr(eq + 1);
+        } else if (i + 1 < args.size()) {
+            value = args[++i];
+        } else {
+            return usage_error(a + " needs a value", serve_help);
+        }
+        if (name == "--config")
+            opts.config_file = value;
+        else if (name == "--listen")
+            opts.listen = value;
+        else if (name == "--data")
+            opts.data_dir = value;
+        else if (name == "--threads") {
+            try {
+                std::size_t used = 0;
+                int n = std::stoi(value, &used);
+                if (used != value.size() || n < 1 || n > 1024) throw std::invalid_argument(value);
+                opts.threads = n;
+            } catch (...) {
+                return usage_error("--threads: expected an integer from 1 to 1024", serve_help);
+            }
+        } else {
+            return usage_error("unknown option " + a, serve_help);
+        }
+    }
+    return baton::run_daemon(opts);
+}
+
+int check_config(const std::vector<std::string>& args) {
+    if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+        std::cout << check_help;
+        return 0;
+    }
+    if (args.size() != 1) return usage_error("check-config takes one FILE", check_help);
+    auto result = baton::load_config_file(args[0]);
+    for (const auto& e : result.errors)
+        std::cout << args[0] << ": " << e.to_string() << "\n";
+    if (!result.errors.empty()) return 2;
+    std::cout << args[0] << ": ok\n";
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    if (args.empty()) return usage_error("no command", usage_text);
+    std::string cmd = args.front();
+    args.erase(args.begin());
+    if (cmd == "--version" || cmd == "version") {
+        std::cout << "baton " << version << "\n";
+        return 0;
+    }
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+        std::cout << usage_text;
+        return 0;
+    }
+    if (cmd == "serve") return serve(args);
+    if (cmd == "check-config") return check_config(args);
+    return usage_error("unknown command " + cmd, usage_text);
+}

@@ -1,0 +1,174 @@
+// The in-memory store: same semantics as the SQLite store (tests/store_test.cpp runs both), nothing
+// survives the process. Used by tests, benches and embedders that need no durability.
+#include <baton/store.hpp>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace baton {
+namespace {
+
+struct session_data {
+    session_record record;
+    std::vector<tape_entry> tape; // ids strictly increasing, so it can be binary-searched
+    std::int64_t tape_next = 1;
+};
+
+struct idem_entry {
+    std::string fingerprint;
+    std::string turn_id;
+};
+
+class memory_store final : public store {
+public:
+    bool blocking() const override { return false; }
+
+    insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
+        std::lock_guard lock(mutex_);
+        if (!idem.key.empty()) {
+            if (auto it = idem_.find(idem.key); it != idem_.end()) {
+                auto outcome = it->second.fingerprint == idem.fingerprint ? insert_outcome::replayed
+                                                                          : insert_outcome::key_reused;
+                return {outcome, it->second.turn_id};
+            }
+        }
+        // Checked before any change so that a failed insert leaves nothing behind, as a rollback would.
+        if (turns_.contains(t.turn_id))
+            throw std::runtime_error("memory store: turn id already exists: " + t.turn_id);
+        turns_.emplace(t.turn_id, t);
+        if (!is_terminal(t.status)) unfinished_.emplace(next_seq_, t.turn_id);
+        seq_of_.emplace(t.turn_id, next_seq_++);
+        if (!idem.key.empty()) idem_.emplace(idem.key, idem_entry{idem.fingerprint, t.turn_id});
+
+        auto& s = session(t.session_id, t.agent, t.tenant, t.created_at);
+        s.record.turns += 1;
+        s.record.last_turn_id = t.turn_id;
+        return {insert_outcome::inserted, t.turn_id};
+    }
+
+    void mark_running(const std::string& turn_id, time_ms started_at) override {
+        std::lock_guard lock(mutex_);
+        auto& t = find_turn(turn_id);
+        t.status = turn_status::running;
+        t.started_at = started_at;
+        track_unfinished(t);
+    }
+
+    void save_state(state_update& u) override {
+        std::lock_guard lock(mutex_);
+        auto& s = session(u.session_id, "default", "", now_ms());
+        for (auto& e : u.entries) {
+            e.id = s.tape_next++;
+            if (e.created_at == 0) e.created_at = now_ms();
+            if (e.turn_id.empty()) e.turn_id = u.turn_id;
+            s.tape.push_back(e);
+        }
+        if (u.state) s.record.state = *u.state;
+    }
+
+    void finish_turn(const turn_record& t) override {
+        std::lock_guard lock(mutex_);
+        auto& stored = find_turn(t.turn_id);
+        stored.status = t.status;
+        stored.reply = t.reply;
+        stored.steps = t.steps;
+        stored.usage = t.usage;
+        stored.error = t.error;
+        stored.started_at = t.started_at;
+        stored.finished_at = t.finished_at;
+        track_unfinished(stored);
+    }
+
+    std::optional<turn_record> get_turn(const std::string& turn_id) override {
+        std::lock_guard lock(mutex_);
+        auto it = turns_.find(turn_id);
+        if (it == turns_.end()) return std::nullopt;
+        return it->second;
+    }
+
+    std::optional<session_record> get_session(const std::string& session_id) override {
+        std::lock_guard lock(mutex_);
+        auto it = sessions_.find(session_id);
+        if (it == sessions_.end()) return std::nullopt;
+        return it->second.record;
+    }
+
+    std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+                                      std::size_t limit) override {
+        std::lock_guard lock(mutex_);
+        auto it = sessions_.find(session_id);
+        if (it == sessions_.end()) return {};
+        const auto& tape = it->second.tape;
+        auto first = std::upper_bound(tape.begin(), tape.end(), after,
+                                      [](std::int64_t a, const tape_entry& e) { return a < e.id; });
+        auto n = std::min<std::size_t>(limit, static_cast<std::size_t>(tape.end() - first));
+        return {first, first + static_cast<std::ptrdiff_t>(n)};
+    }
+
+    std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) override {
+        std::lock_guard lock(mutex_);
+        auto it = sessions_.find(session_id);
+        if (it == sessions_.end()) return {};
+        const auto& tape = it->second.tape;
+        auto n = std::min(limit, tape.size());
+        return {tape.end() - static_cast<std::ptrdiff_t>(n), tape.end()};
+    }
+
+    std::vector<turn_record> unfinished_turns() override {
+        std::lock_guard lock(mutex_);
+        std::vector<turn_record> out;
+        out.reserve(unfinished_.size());
+        for (const auto& [seq, id] : unfinished_)
+            out.push_back(turns_.at(id));
+        return out;
+    }
+
+private:
+    // The session row, created on first use with the given defaults (never overwritten later).
+    session_data& session(const std::string& sid, const std::string& agent, const std::string& tenant,
+                          time_ms created_at) {
+        auto [it, inserted] = sessions_.try_emplace(sid);
+        if (inserted) {
+            auto& r = it->second.record;
+            r.session_id = sid;
+            r.agent = agent;
+            r.tenant = tenant;
+            r.created_at = created_at;
+        }
+        return it->second;
+    }
+
+    turn_record& find_turn(const std::string& turn_id) {
+        auto it = turns_.find(turn_id);
+        if (it == turns_.end()) throw std::runtime_error("memory store: unknown turn: " + turn_id);
+        return it->second;
+    }
+
+    // Keeps the accept-ordered index of queued/running turns in step with a status change.
+    void track_unfinished(const turn_record& t) {
+        auto seq = seq_of_.at(t.turn_id);
+        if (is_terminal(t.status))
+            unfinished_.erase(seq);
+        else
+            unfinished_.emplace(seq, t.turn_id);
+    }
+
+    std::mutex mutex_;
+    std::unordered_map<std::string, turn_record> turns_;
+    std::unordered_map<std::string, std::int64_t> seq_of_; // accept order of each turn
+    std::map<std::int64_t, std::string> unfinished_;       // accept order -> turn id
+    std::unordered_map<std::string, idem_entry> idem_;
+    std::unordered_map<std::string, session_data> sessions_;
+    std::int64_t next_seq_ = 1;
+};
+
+} // namespace
+
+std::unique_ptr<store> make_memory_store() {
+    return std::make_unique<memory_store>();
+}
+
+} // namespace baton

@@ -1,0 +1,114 @@
+#include "sqlite_schema.hpp"
+
+#include <sqlite3.h>
+
+#include <array>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace baton::detail {
+namespace {
+
+// Append only: a released migration is never edited, a change is a new entry at the end.
+constexpr std::array<std::string_view, 1> migrations{
+    // 1: sessions, turns, tape.
+    R"sql(
+CREATE TABLE sessions (
+    session_id   TEXT PRIMARY KEY NOT NULL,
+    tenant       TEXT NOT NULL,
+    agent        TEXT NOT NULL,
+    turns        INTEGER NOT NULL DEFAULT 0,
+    last_turn_id TEXT,
+    state        TEXT NOT NULL DEFAULT '{}',
+    tape_next    INTEGER NOT NULL DEFAULT 1,
+    created_at   INTEGER NOT NULL
+);
+-- seq is the global accept order; AUTOINCREMENT so it never goes back, even if turns are pruned.
+CREATE TABLE turns (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id           TEXT NOT NULL UNIQUE,
+    session_id        TEXT NOT NULL REFERENCES sessions(session_id),
+    agent             TEXT NOT NULL,
+    tenant            TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    input_text        TEXT NOT NULL,
+    input_channel     TEXT NOT NULL,
+    metadata          TEXT NOT NULL,
+    deliver           TEXT,
+    idem_key          TEXT,
+    idem_fingerprint  TEXT,
+    reply             TEXT,
+    steps             INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    error_code        TEXT,
+    error_message     TEXT,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,
+    finished_at       INTEGER
+);
+-- The store writes NULL for "no key"; IS NOT NULL alone lets `idem_key = ?` use this index.
+CREATE UNIQUE INDEX turns_idem_key ON turns(idem_key) WHERE idem_key IS NOT NULL;
+-- Partial: holds only the turns a restart must look at, already in accept order.
+CREATE INDEX turns_unfinished ON turns(seq) WHERE status IN ('queued', 'running');
+CREATE TABLE tape (
+    session_id TEXT NOT NULL REFERENCES sessions(session_id),
+    id         INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    turn_id    TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (session_id, id)
+) WITHOUT ROWID;
+)sql",
+};
+
+void exec(sqlite3* db, const std::string& sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+        std::string msg = err ? err : sqlite3_errmsg(db);
+        sqlite3_free(err);
+        throw std::runtime_error("sqlite: migration: " + msg);
+    }
+}
+
+int user_version(sqlite3* db) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) != SQLITE_OK)
+        throw std::runtime_error(std::string("sqlite: user_version: ") + sqlite3_errmsg(db));
+    int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    return v;
+}
+
+} // namespace
+
+int sqlite_schema_version() {
+    return static_cast<int>(migrations.size());
+}
+
+int migrate_sqlite(sqlite3* db) {
+    // IMMEDIATE takes the write lock first, so two processes opening one file cannot both migrate.
+    exec(db, "BEGIN IMMEDIATE");
+    try {
+        int from = user_version(db);
+        if (from > sqlite_schema_version())
+            throw std::runtime_error("sqlite: database schema version " + std::to_string(from) +
+                                     " is newer than this build (" +
+                                     std::to_string(sqlite_schema_version()) + ")");
+        for (int v = from; v < sqlite_schema_version(); ++v)
+            exec(db, std::string(migrations[v]));
+        // user_version lives in the file header, which the transaction covers: it commits with the
+        // tables.
+        if (from < sqlite_schema_version())
+            exec(db, "PRAGMA user_version = " + std::to_string(sqlite_schema_version()));
+        exec(db, "COMMIT");
+        return sqlite_schema_version() - from;
+    } catch (...) {
+        if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+        throw;
+    }
+}
+
+} // namespace baton::detail

@@ -1,0 +1,16 @@
+// The SQLite store's schema: an ordered list of migrations, recorded in `PRAGMA user_version`.
+// Kept apart from the store so the schema reads in one place and tests can check the versioning.
+#pragma once
+
+struct sqlite3;
+
+namespace baton::detail {
+
+// The schema version this build writes: the number of migrations.
+int sqlite_schema_version();
+
+// Applies the migrations the database has not seen yet, in one transaction; returns how many ran.
+// Throws std::runtime_error on SQLite errors or when the database is newer than this build.
+int migrate_sqlite(sqlite3* db);
+
+} // namespace baton::detail

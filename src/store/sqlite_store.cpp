@@ -1,0 +1,469 @@
+// The SQLite store: one connection in WAL mode behind a mutex, statements prepared once at open,
+// every write in an IMMEDIATE transaction. The schema and its migrations live in sqlite_schema.cpp.
+#include <baton/store.hpp>
+
+#include "sqlite_schema.hpp"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+
+namespace baton {
+namespace {
+
+[[noreturn]] void fail(sqlite3* db, std::string_view what) {
+    throw std::runtime_error("sqlite: " + std::string(what) + ": " + sqlite3_errmsg(db));
+}
+
+struct db_closer {
+    void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using db_ptr = std::unique_ptr<sqlite3, db_closer>;
+
+void exec(sqlite3* db, const std::string& sql) {
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) fail(db, sql);
+}
+
+std::string checked_synchronous(std::string mode) {
+    std::transform(mode.begin(), mode.end(), mode.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (mode != "off" && mode != "normal" && mode != "full")
+        throw std::runtime_error("sqlite: synchronous must be off, normal or full, not '" + mode + "'");
+    return mode;
+}
+
+// Opens the file and brings it to the current schema; closes it again if anything fails.
+db_ptr open_database(const sqlite_options& opts) {
+    std::filesystem::path path(opts.path);
+    if (path.has_parent_path()) {
+        std::error_code ec;
+        std::filesystem::create_directories(path.parent_path(), ec);
+        if (ec)
+            throw std::runtime_error("sqlite: cannot create " + path.parent_path().string() + ": " +
+                                     ec.message());
+    }
+    sqlite3* raw = nullptr;
+    // NOMUTEX: the store's own mutex already serialises every use of the connection.
+    int rc = sqlite3_open_v2(opts.path.c_str(), &raw,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    db_ptr db(raw);
+    if (rc != SQLITE_OK) {
+        if (!db) throw std::runtime_error("sqlite: cannot open " + opts.path + ": out of memory");
+        fail(db.get(), "cannot open " + opts.path);
+    }
+    sqlite3_extended_result_codes(db.get(), 1);
+    // Another process (a backup, the CLI) may hold the lock briefly: wait rather than fail.
+    sqlite3_busy_timeout(db.get(), 5000);
+    exec(db.get(), "PRAGMA journal_mode = WAL");
+    exec(db.get(), "PRAGMA synchronous = " + checked_synchronous(opts.synchronous));
+    exec(db.get(), "PRAGMA foreign_keys = ON");
+    detail::migrate_sqlite(db.get());
+    return db;
+}
+
+class statement {
+public:
+    statement(sqlite3* db, const std::string& sql) : db_(db) {
+        // PERSISTENT: these live as long as the connection, which SQLite can allocate for.
+        if (sqlite3_prepare_v3(db, sql.c_str(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
+                               &stmt_, nullptr) != SQLITE_OK)
+            fail(db, "prepare " + sql);
+    }
+    statement(const statement&) = delete;
+    statement& operator=(const statement&) = delete;
+    ~statement() { sqlite3_finalize(stmt_); }
+
+    sqlite3* db() const { return db_; }
+    sqlite3_stmt* get() const { return stmt_; }
+
+private:
+    sqlite3* db_;
+    sqlite3_stmt* stmt_ = nullptr;
+};
+
+// One use of a cached statement: binds, steps, reads columns, and resets it when done, so a thrown
+// error never leaves a statement half-run (which would hold a read lock or block ROLLBACK).
+class query {
+public:
+    explicit query(statement& s) : s_(s) {}
+    query(const query&) = delete;
+    query& operator=(const query&) = delete;
+    ~query() {
+        sqlite3_reset(s_.get());
+        sqlite3_clear_bindings(s_.get());
+    }
+
+    query& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(s_.get(), i, v)); }
+    query& bind(int i, std::string_view v) {
+        return check(
+            sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    }
+    query& bind(int i, std::nullptr_t) { return check(sqlite3_bind_null(s_.get(), i)); }
+    template <class T> query& bind(int i, const std::optional<T>& v) {
+        return v ? bind(i, *v) : bind(i, nullptr);
+    }
+
+    // True while there is a row to read.
+    bool step() {
+        int rc = sqlite3_step(s_.get());
+        if (rc == SQLITE_ROW) return true;
+        if (rc == SQLITE_DONE) return false;
+        fail(s_.db(), sqlite3_sql(s_.get()));
+    }
+    // Runs a write and returns the number of rows it changed.
+    int run() {
+        while (step()) {
+        }
+        return sqlite3_changes(s_.db());
+    }
+
+    bool is_null(int c) const { return sqlite3_column_type(s_.get(), c) == SQLITE_NULL; }
+    std::int64_t int64(int c) const { return sqlite3_column_int64(s_.get(), c); }
+    std::string text(int c) const {
+        auto p = reinterpret_cast<const char*>(sqlite3_column_text(s_.get(), c));
+        return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_.get(), c)))
+                 : std::string();
+    }
+    std::optional<std::string> opt_text(int c) const {
+        return is_null(c) ? std::nullopt : std::optional(text(c));
+    }
+    std::optional<std::int64_t> opt_int64(int c) const {
+        return is_null(c) ? std::nullopt : std::optional(int64(c));
+    }
+    json::value json_value(int c) const {
+        if (is_null(c)) return nullptr;
+        std::error_code ec;
+        auto v = json::parse(text(c), ec);
+        if (ec) throw std::runtime_error("sqlite: corrupt JSON in column " + column_name(c));
+        return v;
+    }
+    json::object json_object(int c) const {
+        auto v = json_value(c);
+        if (!v.is_object())
+            throw std::runtime_error("sqlite: expected a JSON object in " + column_name(c));
+        return std::move(v.as_object());
+    }
+
+private:
+    query& check(int rc) {
+        if (rc != SQLITE_OK) fail(s_.db(), "bind");
+        return *this;
+    }
+    std::string column_name(int c) const { return sqlite3_column_name(s_.get(), c); }
+
+    statement& s_;
+};
+
+std::int64_t sql_limit(std::size_t limit) {
+    return static_cast<std::int64_t>(std::min<std::size_t>(
+        limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max())));
+}
+
+const std::string turn_columns =
+    "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
+    "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
+    "finished_at";
+
+const std::string tape_columns = "id, kind, payload, created_at, turn_id";
+
+// Every statement the store runs, prepared once when the store opens.
+struct statements {
+    explicit statements(sqlite3* db)
+        : begin(db, "BEGIN IMMEDIATE"), commit(db, "COMMIT"), rollback(db, "ROLLBACK"),
+          find_idem(db, "SELECT turn_id, idem_fingerprint FROM turns WHERE idem_key = ?1"),
+          touch_session_for_turn(
+              db, "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
+                  "VALUES (?1, ?2, ?3, 1, ?4, ?5) ON CONFLICT (session_id) DO UPDATE SET "
+                  "turns = turns + 1, last_turn_id = excluded.last_turn_id"),
+          insert_turn(db, "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
+                          "input_channel, metadata, deliver, idem_key, idem_fingerprint, reply, steps, "
+                          "prompt_tokens, completion_tokens, error_code, error_message, created_at, "
+                          "started_at, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                          "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
+          mark_running(db, "UPDATE turns SET status = 'running', started_at = ?2 WHERE turn_id = ?1"),
+          finish_turn(db,
+                      "UPDATE turns SET status = ?2, reply = ?3, steps = ?4, prompt_tokens = ?5, "
+                      "completion_tokens = ?6, error_code = ?7, error_message = ?8, started_at = ?9, "
+                      "finished_at = ?10 WHERE turn_id = ?1"),
+          ensure_session(db, "INSERT INTO sessions (session_id, tenant, agent, created_at) "
+                             "VALUES (?1, '', 'default', ?2) ON CONFLICT (session_id) DO NOTHING"),
+          tape_next(db, "SELECT tape_next FROM sessions WHERE session_id = ?1"),
+          append_tape(db, "INSERT INTO tape (session_id, id, kind, payload, turn_id, created_at) "
+                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+          update_session(db, "UPDATE sessions SET tape_next = ?2, state = coalesce(?3, state) "
+                             "WHERE session_id = ?1"),
+          get_turn(db, "SELECT " + turn_columns + " FROM turns WHERE turn_id = ?1"),
+          get_session(db, "SELECT session_id, tenant, agent, turns, last_turn_id, state, created_at "
+                          "FROM sessions WHERE session_id = ?1"),
+          read_tape(db, "SELECT " + tape_columns +
+                            " FROM tape WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"),
+          tape_tail(db, "SELECT " + tape_columns +
+                            " FROM tape WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2"),
+          unfinished(db, "SELECT " + turn_columns +
+                             " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq") {}
+
+    statement begin, commit, rollback;
+    statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
+    statement ensure_session, tape_next, append_tape, update_session;
+    statement get_turn, get_session, read_tape, tape_tail, unfinished;
+};
+
+// Rolls back unless committed, so that an exception anywhere in a write leaves no trace.
+class transaction {
+public:
+    explicit transaction(statements& st) : st_(st) { query(st_.begin).run(); }
+    transaction(const transaction&) = delete;
+    transaction& operator=(const transaction&) = delete;
+    ~transaction() {
+        // SQLite may already have rolled back on its own (e.g. after SQLITE_FULL or an I/O error).
+        if (!committed_ && !sqlite3_get_autocommit(st_.rollback.db())) {
+            sqlite3_step(st_.rollback.get());
+            sqlite3_reset(st_.rollback.get());
+        }
+    }
+    void commit() {
+        query(st_.commit).run();
+        committed_ = true;
+    }
+
+private:
+    statements& st_;
+    bool committed_ = false;
+};
+
+turn_status status_column(const query& q, int c) {
+    auto text = q.text(c);
+    auto s = parse_turn_status(text);
+    if (!s) throw std::runtime_error("sqlite: unknown turn status '" + text + "'");
+    return *s;
+}
+
+turn_record read_turn(const query& q) {
+    turn_record t;
+    t.turn_id = q.text(0);
+    t.session_id = q.text(1);
+    t.agent = q.text(2);
+    t.tenant = q.text(3);
+    t.status = status_column(q, 4);
+    t.input.text = q.text(5);
+    t.input.channel = q.text(6);
+    t.input.metadata = q.json_object(7);
+    t.input.deliver = q.json_value(8);
+    t.reply = q.opt_text(9);
+    t.steps = q.int64(10);
+    t.usage.prompt_tokens = q.int64(11);
+    t.usage.completion_tokens = q.int64(12);
+    if (!q.is_null(13)) t.error = error_info{q.text(13), q.text(14)};
+    t.created_at = q.int64(15);
+    t.started_at = q.opt_int64(16);
+    t.finished_at = q.opt_int64(17);
+    return t;
+}
+
+tape_entry read_entry(const query& q) {
+    tape_entry e;
+    e.id = q.int64(0);
+    auto kind = q.text(1);
+    auto k = parse_tape_kind(kind);
+    if (!k) throw std::runtime_error("sqlite: unknown tape kind '" + kind + "'");
+    e.kind = *k;
+    e.payload = q.json_object(2);
+    e.created_at = q.int64(3);
+    e.turn_id = q.text(4);
+    return e;
+}
+
+std::optional<std::string> optional_key(const std::string& s) {
+    return s.empty() ? std::nullopt : std::optional(s);
+}
+
+class sqlite_store final : public store {
+public:
+    explicit sqlite_store(const sqlite_options& opts) : db_(open_database(opts)), st_(db_.get()) {}
+
+    bool blocking() const override { return true; }
+
+    insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_);
+        if (!idem.key.empty()) {
+            query q(st_.find_idem);
+            if (q.bind(1, idem.key).step()) {
+                auto outcome = q.text(1) == idem.fingerprint ? insert_outcome::replayed
+                                                             : insert_outcome::key_reused;
+                return {outcome, q.text(0)};
+            }
+        }
+        // The session row first: the turn's foreign key needs it.
+        query(st_.touch_session_for_turn)
+            .bind(1, t.session_id)
+            .bind(2, t.tenant)
+            .bind(3, t.agent)
+            .bind(4, t.turn_id)
+            .bind(5, t.created_at)
+            .run();
+        auto deliver =
+            t.input.deliver.is_null() ? std::nullopt : std::optional(json::serialize(t.input.deliver));
+        std::optional<std::string> error_code, error_message;
+        if (t.error) {
+            error_code = t.error->code;
+            error_message = t.error->message;
+        }
+        query(st_.insert_turn)
+            .bind(1, t.turn_id)
+            .bind(2, t.session_id)
+            .bind(3, t.agent)
+            .bind(4, t.tenant)
+            .bind(5, to_string(t.status))
+            .bind(6, t.input.text)
+            .bind(7, t.input.channel)
+            .bind(8, json::serialize(t.input.metadata))
+            .bind(9, deliver)
+            .bind(10, optional_key(idem.key))
+            .bind(11, optional_key(idem.key) ? std::optional(idem.fingerprint) : std::nullopt)
+            .bind(12, t.reply)
+            .bind(13, t.steps)
+            .bind(14, t.usage.prompt_tokens)
+            .bind(15, t.usage.completion_tokens)
+            .bind(16, error_code)
+            .bind(17, error_message)
+            .bind(18, t.created_at)
+            .bind(19, t.started_at)
+            .bind(20, t.finished_at)
+            .run();
+        tx.commit();
+        return {insert_outcome::inserted, t.turn_id};
+    }
+
+    void mark_running(const std::string& turn_id, time_ms started_at) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_);
+        if (query(st_.mark_running).bind(1, turn_id).bind(2, started_at).run() == 0)
+            throw std::runtime_error("sqlite: unknown turn: " + turn_id);
+        tx.commit();
+    }
+
+    void save_state(state_update& u) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_);
+        query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).run();
+        std::int64_t next = 1;
+        {
+            query q(st_.tape_next);
+            if (q.bind(1, u.session_id).step()) next = q.int64(0);
+        }
+        // Written into `u` before the commit: a failed save leaves ids that a retry simply reassigns.
+        for (auto& e : u.entries) {
+            e.id = next++;
+            if (e.created_at == 0) e.created_at = now_ms();
+            if (e.turn_id.empty()) e.turn_id = u.turn_id;
+            query(st_.append_tape)
+                .bind(1, u.session_id)
+                .bind(2, e.id)
+                .bind(3, to_string(e.kind))
+                .bind(4, json::serialize(e.payload))
+                .bind(5, e.turn_id)
+                .bind(6, e.created_at)
+                .run();
+        }
+        auto state = u.state ? std::optional(json::serialize(*u.state)) : std::nullopt;
+        query(st_.update_session).bind(1, u.session_id).bind(2, next).bind(3, state).run();
+        tx.commit();
+    }
+
+    void finish_turn(const turn_record& t) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_);
+        std::optional<std::string> error_code, error_message;
+        if (t.error) {
+            error_code = t.error->code;
+            error_message = t.error->message;
+        }
+        auto changed = query(st_.finish_turn)
+                           .bind(1, t.turn_id)
+                           .bind(2, to_string(t.status))
+                           .bind(3, t.reply)
+                           .bind(4, t.steps)
+                           .bind(5, t.usage.prompt_tokens)
+                           .bind(6, t.usage.completion_tokens)
+                           .bind(7, error_code)
+                           .bind(8, error_message)
+                           .bind(9, t.started_at)
+                           .bind(10, t.finished_at)
+                           .run();
+        if (changed == 0) throw std::runtime_error("sqlite: unknown turn: " + t.turn_id);
+        tx.commit();
+    }
+
+    std::optional<turn_record> get_turn(const std::string& turn_id) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.get_turn);
+        if (!q.bind(1, turn_id).step()) return std::nullopt;
+        return read_turn(q);
+    }
+
+    std::optional<session_record> get_session(const std::string& session_id) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.get_session);
+        if (!q.bind(1, session_id).step()) return std::nullopt;
+        session_record s;
+        s.session_id = q.text(0);
+        s.tenant = q.text(1);
+        s.agent = q.text(2);
+        s.turns = q.int64(3);
+        s.last_turn_id = q.opt_text(4);
+        s.state = q.json_object(5);
+        s.created_at = q.int64(6);
+        return s;
+    }
+
+    std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+                                      std::size_t limit) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.read_tape);
+        q.bind(1, session_id).bind(2, after).bind(3, sql_limit(limit));
+        std::vector<tape_entry> out;
+        while (q.step())
+            out.push_back(read_entry(q));
+        return out;
+    }
+
+    std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.tape_tail);
+        q.bind(1, session_id).bind(2, sql_limit(limit));
+        std::vector<tape_entry> out;
+        while (q.step())
+            out.push_back(read_entry(q));
+        // Read newest first so the LIMIT applies to the end of the tape; callers want ascending.
+        std::reverse(out.begin(), out.end());
+        return out;
+    }
+
+    std::vector<turn_record> unfinished_turns() override {
+        std::lock_guard lock(mutex_);
+        query q(st_.unfinished);
+        std::vector<turn_record> out;
+        while (q.step())
+            out.push_back(read_turn(q));
+        return out;
+    }
+
+private:
+    std::mutex mutex_;
+    db_ptr db_; // declared before st_: statements are finalised before the connection closes
+    statements st_;
+};
+
+} // namespace
+
+std::unique_ptr<store> make_sqlite_store(const sqlite_options& opts) {
+    return std::make_unique<sqlite_store>(opts);
+}
+
+} // namespace baton

@@ -1,0 +1,150 @@
+#include <baton/types.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <random>
+
+namespace baton {
+
+time_ms now_ms() {
+    using namespace std::chrono;
+    return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string format_time(time_ms t) {
+    std::time_t secs = static_cast<std::time_t>(t / 1000);
+    int ms = static_cast<int>(t % 1000);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    return buf;
+}
+
+namespace {
+constexpr std::array<std::string_view, 7> status_names{"queued", "running",   "completed", "stopped",
+                                                       "failed", "timed_out", "step_limit"};
+constexpr std::array<std::string_view, 6> kind_names{"message", "tool_call", "tool_result",
+                                                     "anchor",  "event",     "error"};
+
+json::value optional_time(const std::optional<time_ms>& t) {
+    return t ? json::value(format_time(*t)) : json::value(nullptr);
+}
+} // namespace
+
+std::string_view to_string(turn_status s) {
+    return status_names[static_cast<std::size_t>(s)];
+}
+
+std::optional<turn_status> parse_turn_status(std::string_view s) {
+    for (std::size_t i = 0; i < status_names.size(); ++i)
+        if (status_names[i] == s) return static_cast<turn_status>(i);
+    return std::nullopt;
+}
+
+std::string_view to_string(tape_kind k) {
+    return kind_names[static_cast<std::size_t>(k)];
+}
+
+std::optional<tape_kind> parse_tape_kind(std::string_view s) {
+    for (std::size_t i = 0; i < kind_names.size(); ++i)
+        if (kind_names[i] == s) return static_cast<tape_kind>(i);
+    return std::nullopt;
+}
+
+json::object to_json(const turn_record& t) {
+    json::object o;
+    o["turn_id"] = t.turn_id;
+    o["session_id"] = t.session_id;
+    o["agent"] = t.agent;
+    o["status"] = to_string(t.status);
+    o["reply"] = t.reply ? json::value(*t.reply) : json::value(nullptr);
+    o["steps"] = t.steps;
+    o["usage"] = {{"prompt_tokens", t.usage.prompt_tokens},
+                  {"completion_tokens", t.usage.completion_tokens}};
+    if (t.error)
+        o["error"] = {{"code", t.error->code}, {"message", t.error->message}};
+    else
+        o["error"] = nullptr;
+    o["created_at"] = format_time(t.created_at);
+    o["started_at"] = optional_time(t.started_at);
+    o["finished_at"] = optional_time(t.finished_at);
+    return o;
+}
+
+json::object to_json(const tape_entry& e) {
+    return {{"id", e.id},
+            {"kind", to_string(e.kind)},
+            {"payload", e.payload},
+            {"created_at", format_time(e.created_at)}};
+}
+
+tape_entry make_message(std::string_view role, std::string_view text) {
+    tape_entry e;
+    e.kind = tape_kind::message;
+    e.payload = {{"role", role}, {"text", text}};
+    e.created_at = now_ms();
+    return e;
+}
+
+tape_entry make_error_entry(std::string_view code, std::string_view message) {
+    tape_entry e;
+    e.kind = tape_kind::error;
+    e.payload = {{"code", code}, {"message", message}};
+    e.created_at = now_ms();
+    return e;
+}
+
+tape_entry make_event_entry(std::string_view name, json::value data) {
+    tape_entry e;
+    e.kind = tape_kind::event;
+    e.payload = {{"name", name}, {"data", std::move(data)}};
+    e.created_at = now_ms();
+    return e;
+}
+
+bool valid_session_id(std::string_view sid) {
+    if (sid.empty() || sid.size() > 128) return false;
+    for (char c : sid) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == ':' || c == '@' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
+namespace {
+// Crockford base32: URL-safe, sorts like the time it encodes.
+constexpr std::string_view id_alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
+} // namespace
+
+std::string make_turn_id() {
+    thread_local std::mt19937_64 rng{std::random_device{}() ^
+                                     static_cast<std::uint64_t>(now_ms()) * 0x9e3779b97f4a7c15ULL};
+    static std::atomic<std::uint64_t> counter{0};
+    std::uint64_t t = static_cast<std::uint64_t>(now_ms());
+    std::uint64_t r1 = rng() ^ counter.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t r2 = rng();
+    std::string id = "t_";
+    id.reserve(28);
+    for (int i = 9; i >= 0; --i)
+        id.push_back(id_alphabet[(t >> (i * 5)) & 31]);
+    for (int i = 0; i < 8; ++i)
+        id.push_back(id_alphabet[(r1 >> (i * 5)) & 31]);
+    for (int i = 0; i < 8; ++i)
+        id.push_back(id_alphabet[(r2 >> (i * 5)) & 31]);
+    return id;
+}
+
+bool plausible_turn_id(std::string_view tid) {
+    if (tid.size() != 28 || !tid.starts_with("t_")) return false;
+    for (char c : tid.substr(2))
+        if (id_alphabet.find(c) == std::string_view::npos) return false;
+    return true;
+}
+
+} // namespace baton

@@ -1,0 +1,538 @@
+// Store conformance: every check runs against each store implementation, so the memory store used by
+// tests and benches cannot drift from the SQLite store the daemon uses. SQLite-only checks
+// (durability, schema versioning, open errors) are in the store_sqlite suite at the end.
+#include <baton/store.hpp>
+
+#include "src/store/sqlite_schema.hpp"
+
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <sqlite3.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace bdata = boost::unit_test::data;
+namespace fs = std::filesystem;
+using namespace baton;
+
+namespace {
+
+// A directory of its own under the system temp dir, removed with everything in it (-wal, -shm too).
+struct temp_dir {
+    fs::path root;
+    temp_dir() {
+        static std::atomic<int> counter{0};
+        std::random_device rd;
+        root = fs::temp_directory_path() /
+               ("baton-store-test-" + std::to_string(rd()) + "-" + std::to_string(counter++));
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(root, ec);
+    }
+    // Nested below root, so opening it also checks that parent directories are created.
+    std::string db_path() const { return (root / "data" / "baton.db").string(); }
+};
+
+std::unique_ptr<store> open_store(const std::string& kind, const temp_dir& dir) {
+    if (kind == "memory") return make_memory_store();
+    return make_sqlite_store({.path = dir.db_path(), .synchronous = "normal"});
+}
+
+struct store_fixture {
+    temp_dir dir;
+    std::unique_ptr<store> s;
+    explicit store_fixture(const std::string& kind) : s(open_store(kind, dir)) {}
+};
+
+const std::vector<std::string> kinds{"memory", "sqlite"};
+
+turn_record make_turn(std::string turn_id, std::string session_id) {
+    turn_record t;
+    t.turn_id = std::move(turn_id);
+    t.session_id = std::move(session_id);
+    t.created_at = 1'700'000'000'000;
+    t.input.text = "hello from " + t.turn_id;
+    return t;
+}
+
+state_update entries_for(const std::string& sid, const std::string& tid, int n) {
+    state_update u{sid, tid, {}, std::nullopt};
+    for (int i = 0; i < n; ++i)
+        u.entries.push_back(make_message("user", "m" + std::to_string(i)));
+    return u;
+}
+
+std::vector<std::int64_t> ids_of(const std::vector<tape_entry>& v) {
+    std::vector<std::int64_t> ids;
+    for (const auto& e : v)
+        ids.push_back(e.id);
+    return ids;
+}
+
+std::vector<std::string> turn_ids_of(const std::vector<turn_record>& v) {
+    std::vector<std::string> ids;
+    for (const auto& t : v)
+        ids.push_back(t.turn_id);
+    return ids;
+}
+
+void check_same_turn(const turn_record& got, const turn_record& want) {
+    BOOST_TEST(got.turn_id == want.turn_id);
+    BOOST_TEST(got.session_id == want.session_id);
+    BOOST_TEST(got.agent == want.agent);
+    BOOST_TEST(got.tenant == want.tenant);
+    BOOST_TEST(to_string(got.status) == to_string(want.status));
+    BOOST_TEST((got.reply == want.reply));
+    BOOST_TEST(got.steps == want.steps);
+    BOOST_TEST(got.usage.prompt_tokens == want.usage.prompt_tokens);
+    BOOST_TEST(got.usage.completion_tokens == want.usage.completion_tokens);
+    BOOST_TEST(got.error.has_value() == want.error.has_value());
+    if (got.error && want.error) {
+        BOOST_TEST(got.error->code == want.error->code);
+        BOOST_TEST(got.error->message == want.error->message);
+    }
+    BOOST_TEST(got.created_at == want.created_at);
+    BOOST_TEST((got.started_at == want.started_at));
+    BOOST_TEST((got.finished_at == want.finished_at));
+    BOOST_TEST(got.input.channel == want.input.channel);
+    BOOST_TEST(got.input.text == want.input.text);
+    BOOST_TEST(json::serialize(got.input.metadata) == json::serialize(want.input.metadata));
+    BOOST_TEST(json::serialize(got.input.deliver) == json::serialize(want.input.deliver));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(store_conformance)
+
+BOOST_DATA_TEST_CASE(turn_round_trip_keeps_every_field, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto full = make_turn("t_full", "s1");
+    full.agent = "helper";
+    full.tenant = "acme";
+    full.status = turn_status::running;
+    full.reply = "partial \"quoted\" reply \xc3\xa9";
+    full.steps = 4;
+    full.usage = {120, 34};
+    full.error = error_info{"model_error", "upstream said no"};
+    full.started_at = 1'700'000'000'500;
+    full.finished_at = 1'700'000'001'000;
+    full.input.channel = "ws";
+    full.input.metadata = {{"user", "u-1"}, {"nested", {{"a", json::array{1, 2, 3}}, {"b", nullptr}}}};
+    full.input.deliver = {{"channel", "webhook"}, {"to", "crm"}};
+    BOOST_TEST((f.s->insert_turn(full, {}).outcome == insert_outcome::inserted));
+
+    // Optional fields left unset must come back unset, not as empty strings or zeros.
+    auto bare = make_turn("t_bare", "s1");
+    f.s->insert_turn(bare, {});
+
+    auto got_full = f.s->get_turn("t_full");
+    BOOST_TEST_REQUIRE(got_full.has_value());
+    check_same_turn(*got_full, full);
+    auto got_bare = f.s->get_turn("t_bare");
+    BOOST_TEST_REQUIRE(got_bare.has_value());
+    check_same_turn(*got_bare, bare);
+    BOOST_TEST(!got_bare->reply.has_value());
+    BOOST_TEST(!got_bare->error.has_value());
+    BOOST_TEST(!got_bare->started_at.has_value());
+    BOOST_TEST(got_bare->input.deliver.is_null());
+}
+
+BOOST_DATA_TEST_CASE(missing_records_are_absent, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    BOOST_TEST(!f.s->get_turn("t_nope").has_value());
+    BOOST_TEST(!f.s->get_session("nope").has_value());
+    BOOST_TEST(f.s->read_tape("nope", 0, 10).empty());
+    BOOST_TEST(f.s->tape_tail("nope", 10).empty());
+    BOOST_TEST(f.s->unfinished_turns().empty());
+}
+
+BOOST_DATA_TEST_CASE(idempotency_key_replay_and_reuse, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto first = f.s->insert_turn(make_turn("t_1", "s1"), {"key-1", "fp-a"});
+    BOOST_TEST((first.outcome == insert_outcome::inserted));
+    BOOST_TEST(first.turn_id == "t_1");
+
+    auto replay = f.s->insert_turn(make_turn("t_2", "s1"), {"key-1", "fp-a"});
+    BOOST_TEST((replay.outcome == insert_outcome::replayed));
+    BOOST_TEST(replay.turn_id == "t_1");
+
+    auto reuse = f.s->insert_turn(make_turn("t_3", "s1"), {"key-1", "fp-b"});
+    BOOST_TEST((reuse.outcome == insert_outcome::key_reused));
+    BOOST_TEST(reuse.turn_id == "t_1");
+
+    // Neither the replay nor the reuse stored anything.
+    BOOST_TEST(!f.s->get_turn("t_2").has_value());
+    BOOST_TEST(!f.s->get_turn("t_3").has_value());
+    BOOST_TEST(f.s->get_session("s1")->turns == 1);
+    BOOST_TEST(f.s->unfinished_turns().size() == 1u);
+
+    // No key never deduplicates; another key is independent (also across sessions).
+    BOOST_TEST((f.s->insert_turn(make_turn("t_4", "s1"), {}).outcome == insert_outcome::inserted));
+    BOOST_TEST((f.s->insert_turn(make_turn("t_5", "s1"), {}).outcome == insert_outcome::inserted));
+    BOOST_TEST((f.s->insert_turn(make_turn("t_6", "s2"), {"key-2", "fp-a"}).outcome ==
+                insert_outcome::inserted));
+    auto other_session = f.s->insert_turn(make_turn("t_7", "s2"), {"key-1", "fp-a"});
+    BOOST_TEST((other_session.outcome == insert_outcome::replayed));
+    BOOST_TEST(other_session.turn_id == "t_1");
+}
+
+BOOST_DATA_TEST_CASE(duplicate_turn_id_throws_and_changes_nothing, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    f.s->insert_turn(make_turn("t_1", "s1"), {});
+    auto again = make_turn("t_1", "s2");
+    BOOST_CHECK_THROW(f.s->insert_turn(again, {"k", "fp"}), std::runtime_error);
+    BOOST_TEST(f.s->get_session("s1")->turns == 1);
+    BOOST_TEST(!f.s->get_session("s2").has_value());
+    // The failed insert did not claim its idempotency key either.
+    BOOST_TEST(
+        (f.s->insert_turn(make_turn("t_2", "s1"), {"k", "fp"}).outcome == insert_outcome::inserted));
+}
+
+BOOST_DATA_TEST_CASE(session_counts_turns_and_remembers_the_last, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto t1 = make_turn("t_1", "s1");
+    t1.agent = "helper";
+    t1.tenant = "acme";
+    t1.created_at = 1000;
+    f.s->insert_turn(t1, {});
+    auto t2 = make_turn("t_2", "s1");
+    t2.agent = "other"; // a later turn does not rename the session's agent
+    t2.created_at = 2000;
+    f.s->insert_turn(t2, {});
+    f.s->insert_turn(make_turn("t_3", "s2"), {});
+    f.s->insert_turn(make_turn("t_0", "s1"), {});
+
+    auto s1 = f.s->get_session("s1");
+    BOOST_TEST_REQUIRE(s1.has_value());
+    BOOST_TEST(s1->session_id == "s1");
+    BOOST_TEST(s1->turns == 3);
+    BOOST_TEST(s1->last_turn_id.value_or("") == "t_0");
+    BOOST_TEST(s1->agent == "helper");
+    BOOST_TEST(s1->tenant == "acme");
+    BOOST_TEST(s1->created_at == 1000);
+    BOOST_TEST(s1->state.empty());
+    BOOST_TEST(f.s->get_session("s2")->turns == 1);
+    BOOST_TEST(f.s->get_session("s2")->last_turn_id.value_or("") == "t_3");
+}
+
+BOOST_DATA_TEST_CASE(tape_ids_increase_per_session, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto u = entries_for("s1", "t_1", 3);
+    u.entries[1].created_at = 42; // kept when set
+    u.entries[2].turn_id = "t_x"; // kept when set
+    f.s->save_state(u);
+    BOOST_TEST(ids_of(u.entries) == (std::vector<std::int64_t>{1, 2, 3}));
+    BOOST_TEST(u.entries[0].turn_id == "t_1");
+    BOOST_TEST(u.entries[2].turn_id == "t_x");
+    BOOST_TEST(u.entries[1].created_at == 42);
+
+    auto no_time = entries_for("s1", "t_2", 1);
+    no_time.entries[0].created_at = 0;
+    auto before = now_ms();
+    f.s->save_state(no_time);
+    BOOST_TEST(no_time.entries[0].id == 4);
+    BOOST_TEST(no_time.entries[0].created_at >= before);
+
+    auto other = entries_for("s2", "t_9", 2);
+    f.s->save_state(other);
+    BOOST_TEST(ids_of(other.entries) == (std::vector<std::int64_t>{1, 2}));
+
+    auto more = entries_for("s1", "t_3", 2);
+    more.entries[0] = make_event_entry("compaction", {{"before_tokens", 10}});
+    f.s->save_state(more);
+    BOOST_TEST(ids_of(more.entries) == (std::vector<std::int64_t>{5, 6}));
+
+    auto tape = f.s->read_tape("s1", 0, 100);
+    BOOST_TEST(ids_of(tape) == (std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}));
+    BOOST_TEST_REQUIRE(tape.size() == 6u);
+    BOOST_TEST(tape[1].created_at == 42);
+    BOOST_TEST(tape[2].turn_id == "t_x");
+    BOOST_TEST(tape[4].turn_id == "t_3");
+    BOOST_TEST(to_string(tape[4].kind) == "event");
+    BOOST_TEST(json::serialize(tape[4].payload) == json::serialize(more.entries[0].payload));
+    BOOST_TEST(json::serialize(tape[0].payload) == R"({"role":"user","text":"m0"})");
+}
+
+BOOST_DATA_TEST_CASE(read_tape_pages_after_and_limit, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto u = entries_for("s1", "t_1", 10);
+    f.s->save_state(u);
+    BOOST_TEST(ids_of(f.s->read_tape("s1", 0, 4)) == (std::vector<std::int64_t>{1, 2, 3, 4}));
+    BOOST_TEST(ids_of(f.s->read_tape("s1", 4, 4)) == (std::vector<std::int64_t>{5, 6, 7, 8}));
+    BOOST_TEST(ids_of(f.s->read_tape("s1", 8, 4)) == (std::vector<std::int64_t>{9, 10}));
+    BOOST_TEST(f.s->read_tape("s1", 10, 4).empty());
+    BOOST_TEST(f.s->read_tape("s1", 0, 0).empty());
+    BOOST_TEST(f.s->read_tape("s1", -3, 2).size() == 2u);
+    // "No limit" spelt as the largest size_t must not overflow into a negative SQL LIMIT.
+    BOOST_TEST(f.s->read_tape("s1", 0, std::numeric_limits<std::size_t>::max()).size() == 10u);
+}
+
+BOOST_DATA_TEST_CASE(tape_tail_returns_the_last_entries_ascending, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto u = entries_for("s1", "t_1", 10);
+    f.s->save_state(u);
+    auto other = entries_for("s2", "t_2", 5);
+    f.s->save_state(other);
+    auto tail = f.s->tape_tail("s1", 3);
+    BOOST_TEST(ids_of(tail) == (std::vector<std::int64_t>{8, 9, 10}));
+    BOOST_TEST(tail.back().payload.at("text").as_string() == "m9");
+    BOOST_TEST(f.s->tape_tail("s1", 20).size() == 10u);
+    BOOST_TEST(f.s->tape_tail("s1", 0).empty());
+    BOOST_TEST(ids_of(f.s->tape_tail("s2", 1)) == (std::vector<std::int64_t>{5}));
+}
+
+BOOST_DATA_TEST_CASE(save_state_replaces_state_and_creates_the_session, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    state_update u{"s1", "", {}, json::object{{"a", 1}, {"nested", {{"x", "y"}}}}};
+    auto before = now_ms();
+    f.s->save_state(u);
+    auto s = f.s->get_session("s1");
+    BOOST_TEST_REQUIRE(s.has_value());
+    BOOST_TEST(json::serialize(s->state) == R"({"a":1,"nested":{"x":"y"}})");
+    BOOST_TEST(s->turns == 0);
+    BOOST_TEST(!s->last_turn_id.has_value());
+    BOOST_TEST(s->agent == "default");
+    BOOST_TEST(s->created_at >= before);
+
+    // No state in the update: the stored state is left alone.
+    auto only_tape = entries_for("s1", "t_1", 1);
+    f.s->save_state(only_tape);
+    BOOST_TEST(json::serialize(f.s->get_session("s1")->state) == R"({"a":1,"nested":{"x":"y"}})");
+
+    // A new state replaces the old one whole: keys are not merged.
+    state_update replace{"s1", "", {}, json::object{{"b", 2}}};
+    f.s->save_state(replace);
+    BOOST_TEST(json::serialize(f.s->get_session("s1")->state) == R"({"b":2})");
+
+    // A later turn on a session made by save_state counts normally.
+    f.s->insert_turn(make_turn("t_1", "s1"), {});
+    BOOST_TEST(f.s->get_session("s1")->turns == 1);
+    BOOST_TEST(json::serialize(f.s->get_session("s1")->state) == R"({"b":2})");
+}
+
+BOOST_DATA_TEST_CASE(mark_running_then_finish_turn, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto t = make_turn("t_1", "s1");
+    t.input.metadata = {{"k", "v"}};
+    f.s->insert_turn(t, {});
+    f.s->mark_running("t_1", 1'700'000'000'100);
+    auto running = f.s->get_turn("t_1");
+    BOOST_TEST((running->status == turn_status::running));
+    BOOST_TEST(running->started_at.value_or(0) == 1'700'000'000'100);
+
+    t.status = turn_status::completed;
+    t.reply = "done";
+    t.steps = 3;
+    t.usage = {10, 20};
+    t.started_at = 1'700'000'000'200; // finish_turn's record is the final word, started_at included
+    t.finished_at = 1'700'000'000'900;
+    f.s->finish_turn(t);
+    check_same_turn(*f.s->get_turn("t_1"), t);
+
+    // A later finish overwrites: the error is set and the reply cleared.
+    t.status = turn_status::failed;
+    t.reply.reset();
+    t.error = error_info{"abandoned", "the process stopped mid-turn"};
+    f.s->finish_turn(t);
+    check_same_turn(*f.s->get_turn("t_1"), t);
+
+    BOOST_CHECK_THROW(f.s->mark_running("t_nope", 1), std::runtime_error);
+    BOOST_CHECK_THROW(f.s->finish_turn(make_turn("t_nope", "s1")), std::runtime_error);
+}
+
+BOOST_DATA_TEST_CASE(unfinished_turns_in_accept_order, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    // Ids deliberately out of lexical order: accept order is insertion order, not id order.
+    for (auto [id, sid] :
+         {std::pair{"t_e", "s1"}, {"t_a", "s2"}, {"t_d", "s1"}, {"t_b", "s3"}, {"t_c", "s2"}})
+        f.s->insert_turn(make_turn(id, sid), {});
+    auto done = make_turn("t_f", "s1");
+    done.status = turn_status::completed; // stored already terminal: never unfinished
+    f.s->insert_turn(done, {});
+
+    f.s->mark_running("t_d", 5);
+    auto finished = make_turn("t_a", "s2");
+    finished.status = turn_status::completed;
+    f.s->finish_turn(finished);
+
+    auto unfinished = f.s->unfinished_turns();
+    BOOST_TEST(turn_ids_of(unfinished) == (std::vector<std::string>{"t_e", "t_d", "t_b", "t_c"}));
+    BOOST_TEST_REQUIRE(unfinished.size() == 4u);
+    BOOST_TEST((unfinished[1].status == turn_status::running));
+    BOOST_TEST(unfinished[0].input.text == "hello from t_e"); // full records, input included
+}
+
+BOOST_DATA_TEST_CASE(concurrent_writers_lose_nothing, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    constexpr int threads = 8, per_thread = 25;
+    std::vector<std::thread> pool;
+    store* s = f.s.get();
+    for (int i = 0; i < threads; ++i)
+        pool.emplace_back([s, i] {
+            for (int j = 0; j < per_thread; ++j) {
+                auto id = "t_" + std::to_string(i) + "_" + std::to_string(j);
+                s->insert_turn(make_turn(id, "s" + std::to_string(i % 3)), {"k" + id, "fp"});
+                auto u = entries_for("shared", id, 1);
+                s->save_state(u);
+            }
+        });
+    for (auto& t : pool)
+        t.join();
+
+    BOOST_TEST(f.s->unfinished_turns().size() == std::size_t(threads * per_thread));
+    std::int64_t turns = 0;
+    for (auto sid : {"s0", "s1", "s2"})
+        turns += f.s->get_session(sid)->turns;
+    BOOST_TEST(turns == threads * per_thread);
+    // One shared tape, ids 1..N with no gap or duplicate.
+    auto tape = f.s->read_tape("shared", 0, 10'000);
+    std::vector<std::int64_t> want(threads * per_thread);
+    std::iota(want.begin(), want.end(), 1);
+    BOOST_TEST(ids_of(tape) == want);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- SQLite only -----------------------------------------------------------------------------------
+
+namespace {
+
+// A second, raw connection to the file, to look at what the store wrote.
+struct raw_db {
+    sqlite3* db = nullptr;
+    explicit raw_db(const std::string& path) {
+        BOOST_TEST_REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    }
+    ~raw_db() { sqlite3_close(db); }
+    std::string scalar(const std::string& sql) {
+        sqlite3_stmt* st = nullptr;
+        BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK);
+        std::string out;
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+            out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        return out;
+    }
+    // EXPLAIN QUERY PLAN puts its words in column 3, one row per step.
+    std::string plan(const std::string& sql) {
+        sqlite3_stmt* st = nullptr;
+        auto explain = "EXPLAIN QUERY PLAN " + sql;
+        BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, explain.c_str(), -1, &st, nullptr) == SQLITE_OK);
+        std::string out;
+        while (sqlite3_step(st) == SQLITE_ROW)
+            out += reinterpret_cast<const char*>(sqlite3_column_text(st, 3)) + std::string("; ");
+        sqlite3_finalize(st);
+        return out;
+    }
+    void exec(const std::string& sql) {
+        BOOST_TEST_REQUIRE(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) == SQLITE_OK);
+    }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(store_sqlite)
+
+BOOST_AUTO_TEST_CASE(data_survives_close_and_reopen) {
+    temp_dir dir;
+    {
+        auto s = open_store("sqlite", dir);
+        auto t = make_turn("t_1", "s1");
+        t.input.deliver = {{"channel", "webhook"}, {"to", "crm"}};
+        s->insert_turn(t, {"key", "fp"});
+        s->insert_turn(make_turn("t_2", "s1"), {});
+        auto u = entries_for("s1", "t_1", 3);
+        u.state = json::object{{"model", "echo"}};
+        s->save_state(u);
+        t.status = turn_status::completed;
+        t.reply = "ok";
+        t.finished_at = 1'700'000'009'000;
+        s->finish_turn(t);
+    }
+    BOOST_TEST(fs::exists(dir.db_path()));
+    auto s = open_store("sqlite", dir);
+    auto t1 = s->get_turn("t_1");
+    BOOST_TEST_REQUIRE(t1.has_value());
+    BOOST_TEST(t1->reply.value_or("") == "ok");
+    BOOST_TEST(json::serialize(t1->input.deliver) == R"({"channel":"webhook","to":"crm"})");
+    BOOST_TEST(turn_ids_of(s->unfinished_turns()) == (std::vector<std::string>{"t_2"}));
+    BOOST_TEST(s->get_session("s1")->turns == 2);
+    BOOST_TEST(json::serialize(s->get_session("s1")->state) == R"({"model":"echo"})");
+    BOOST_TEST(ids_of(s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1, 2, 3}));
+    // The counter and the idempotency keys are durable too.
+    auto more = entries_for("s1", "t_2", 1);
+    s->save_state(more);
+    BOOST_TEST(more.entries[0].id == 4);
+    BOOST_TEST(
+        (s->insert_turn(make_turn("t_3", "s1"), {"key", "fp"}).outcome == insert_outcome::replayed));
+}
+
+BOOST_AUTO_TEST_CASE(schema_version_and_wal_are_set) {
+    temp_dir dir;
+    auto s = open_store("sqlite", dir);
+    raw_db raw(dir.db_path());
+    BOOST_TEST(detail::sqlite_schema_version() >= 1);
+    BOOST_TEST(raw.scalar("PRAGMA user_version") == std::to_string(detail::sqlite_schema_version()));
+    BOOST_TEST(raw.scalar("PRAGMA journal_mode") == "wal");
+    // The queries the store runs must be served by the partial indexes, not a scan of every turn.
+    auto plan = raw.plan("SELECT turn_id FROM turns WHERE status IN ('queued', 'running') ORDER BY seq");
+    BOOST_TEST(plan.find("turns_unfinished") != std::string::npos, "plan: " << plan);
+    // Every keyed insert looks its key up: that must be an index search too.
+    plan = raw.plan("SELECT turn_id, idem_fingerprint FROM turns WHERE idem_key = ?1");
+    BOOST_TEST(plan.find("turns_idem_key") != std::string::npos, "plan: " << plan);
+}
+
+BOOST_AUTO_TEST_CASE(reopening_does_not_rerun_migrations) {
+    temp_dir dir;
+    fs::create_directories(dir.root);
+    auto path = (dir.root / "m.db").string();
+    {
+        raw_db raw(path);
+        BOOST_TEST(detail::migrate_sqlite(raw.db) == detail::sqlite_schema_version());
+        BOOST_TEST(detail::migrate_sqlite(raw.db) == 0);
+    }
+    { make_sqlite_store({.path = path})->insert_turn(make_turn("t_1", "s1"), {}); }
+    // A migration that ran again would fail on the existing tables, or rebuild them empty.
+    auto s = make_sqlite_store({.path = path});
+    BOOST_TEST(s->get_turn("t_1").has_value());
+    raw_db raw(path);
+    BOOST_TEST(detail::migrate_sqlite(raw.db) == 0);
+    BOOST_TEST(raw.scalar("PRAGMA user_version") == std::to_string(detail::sqlite_schema_version()));
+}
+
+BOOST_AUTO_TEST_CASE(newer_schema_is_refused) {
+    temp_dir dir;
+    fs::create_directories(dir.root);
+    auto path = (dir.root / "future.db").string();
+    { raw_db(path).exec("PRAGMA user_version = 999"); }
+    BOOST_CHECK_THROW(make_sqlite_store({.path = path}), std::runtime_error);
+}
+
+BOOST_AUTO_TEST_CASE(open_errors_throw_runtime_error) {
+    temp_dir dir;
+    fs::create_directories(dir.root);
+    // A parent "directory" that is a file.
+    std::ofstream(dir.root / "file") << "x";
+    BOOST_CHECK_THROW(make_sqlite_store({.path = (dir.root / "file" / "b.db").string()}),
+                      std::runtime_error);
+    // The path is a directory.
+    BOOST_CHECK_THROW(make_sqlite_store({.path = dir.root.string()}), std::runtime_error);
+    // Not a database.
+    std::ofstream(dir.root / "junk.db") << std::string(4096, 'j');
+    BOOST_CHECK_THROW(make_sqlite_store({.path = (dir.root / "junk.db").string()}), std::runtime_error);
+    BOOST_CHECK_THROW(make_sqlite_store({.path = dir.db_path(), .synchronous = "sometimes"}),
+                      std::runtime_error);
+    for (auto mode : {"off", "FULL", "normal"})
+        BOOST_CHECK_NO_THROW(make_sqlite_store({.path = dir.db_path(), .synchronous = mode}));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
