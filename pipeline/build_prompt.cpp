@@ -6,7 +6,11 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
     const std::string& text = ctx.inbound.text;
     ctx.new_entries.push_back(make_message("user", text));
     prompt p;
-    if (auto reply = run_command(ctx, text)) {
+    // A command's anchor goes after its reply, so the next context starts clean.
+    std::vector<tape_entry> anchors;
+    if (auto reply = run_command(ctx, text, anchors)) {
+        ctx.new_entries.push_back(make_message("assistant", *reply));
+        for (auto& a : anchors) ctx.new_entries.push_back(std::move(a));
         p.direct_reply = std::move(*reply);
         co_return p;
     }

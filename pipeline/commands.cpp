@@ -21,7 +21,8 @@ tape_entry make_anchor(std::string_view name) {
 }
 } // namespace
 
-std::optional<std::string> run_command(turn_context& ctx, std::string_view text) {
+std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
+                                       std::vector<tape_entry>& anchors) {
     text = trim(text);
     if (!text.starts_with('/')) return std::nullopt;
     auto space = text.find_first_of(" \t");
@@ -38,11 +39,11 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text)
     }
     if (word == "/handoff") {
         std::string name = arg.empty() ? std::string("handoff") : std::string(arg);
-        ctx.new_entries.push_back(make_anchor(name));
+        anchors.push_back(make_anchor(name));
         return "handed off to a new anchor: " + name;
     }
     if (word == "/reset") {
-        ctx.new_entries.push_back(make_anchor("reset"));
+        anchors.push_back(make_anchor("reset"));
         return std::string("context reset; the tape keeps the history");
     }
     return std::nullopt;

@@ -18,7 +18,8 @@ asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
 asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);
 
 // Direct commands (`/help`, `/model`, `/handoff [name]`, `/reset`): the reply, or nullopt when the
-// text is not one. May append tape entries (anchors) to ctx.new_entries.
-std::optional<std::string> run_command(turn_context& ctx, std::string_view text);
+// text is not one. Anchors it starts go to `anchors`.
+std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
+                                       std::vector<tape_entry>& anchors);
 
 } // namespace baton::pipeline

@@ -148,7 +148,6 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     if (p.direct_reply) {
         ctx.direct_command = true;
         ctx.output = model_output{*p.direct_reply, 0, {}};
-        ctx.new_entries.push_back(make_message("assistant", ctx.output.reply));
         co_await guarded("save_state", ctx, save_state(ctx));
     } else {
         // From here on save_state runs whatever happens to the model run (the seed's finally).

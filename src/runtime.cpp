@@ -34,6 +34,8 @@ runtime::runtime(asio::any_io_executor ex, framework& fw)
 
 runtime::~runtime() = default;
 
+std::size_t runtime::live_sessions() const { return impl_->actors.live_sessions(); }
+
 void runtime::on_turn_finished(std::function<void(const turn_record&)> f) {
     std::lock_guard lock(impl_->observers_mutex);
     impl_->observers.push_back(std::move(f));

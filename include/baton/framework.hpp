@@ -39,7 +39,8 @@ struct inbound {
     json::value deliver;
 };
 
-// What build_prompt produces. A direct command sets `direct_reply` and the model is not run.
+// What build_prompt produces. A direct command sets `direct_reply` and the model is not run; the
+// hook that answers it records the exchange in ctx.new_entries (save_state persists it).
 struct prompt {
     std::vector<chat_message> messages;
     std::optional<std::string> direct_reply;

@@ -70,6 +70,8 @@ public:
     asio::awaitable<void> drain(std::chrono::milliseconds grace);
     bool draining() const { return draining_.load(); }
     std::size_t running_turns() const { return running_.load(); }
+    // Session actors in memory (busy or with queued messages); idle ones are evicted.
+    std::size_t live_sessions() const;
 
     // Called (on the session's strand) after a turn's final record is stored.
     void on_turn_finished(std::function<void(const turn_record&)> f);

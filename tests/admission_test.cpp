@@ -1,0 +1,263 @@
+// Admission through the embedded runtime: one turn at a time per session in accept order,
+// sessions in parallel, bounded queues and the reject mode.
+#include "tests/test_util.hpp"
+
+#include <baton/runtime.hpp>
+
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+using namespace baton;
+using namespace baton::test;
+
+namespace {
+
+// A run_model hook that takes `delay` of timer time and records, per session, the order of turns
+// and the most turns that ever overlapped.
+struct recorder {
+    std::mutex m;
+    std::map<std::string, std::vector<std::string>> order; // session -> texts in run order
+    std::map<std::string, int> active, max_active;
+    std::chrono::milliseconds delay{0};
+    std::map<std::string, std::chrono::milliseconds> delay_for; // text -> delay override
+
+    plugin make() {
+        plugin p;
+        p.name = "recorder";
+        p.run_model = [this](turn_context& ctx, const prompt&) -> asio::awaitable<std::optional<model_output>> {
+            auto wait = delay;
+            {
+                std::lock_guard lock(m);
+                order[ctx.session_id].push_back(ctx.inbound.text);
+                int now = ++active[ctx.session_id];
+                max_active[ctx.session_id] = std::max(max_active[ctx.session_id], now);
+                if (auto it = delay_for.find(ctx.inbound.text); it != delay_for.end()) wait = it->second;
+            }
+            if (wait.count() > 0) {
+                asio::steady_timer t(co_await asio::this_coro::executor, wait);
+                co_await t.async_wait(asio::use_awaitable);
+            }
+            {
+                std::lock_guard lock(m);
+                --active[ctx.session_id];
+            }
+            co_return std::nullopt; // the default echo runs next
+        };
+        return p;
+    }
+};
+
+// A runtime on an io_context run by two threads, as the daemon runs it.
+struct runtime_fixture {
+    asio::io_context ctx;
+    std::filesystem::path dir;
+    std::shared_ptr<store> st;
+    store_runner db;
+    framework fw{db};
+    recorder rec;
+    runtime rt{ctx.get_executor(), fw};
+    std::mutex finished_mutex;
+    std::map<std::string, turn_record> finished;
+    asio::executor_work_guard<asio::io_context::executor_type> work{ctx.get_executor()};
+    std::vector<std::thread> threads;
+
+    static std::shared_ptr<store> make_store(const std::filesystem::path& d) {
+        std::filesystem::create_directories(d);
+        return make_sqlite_store({(d / "baton.db").string(), "normal"});
+    }
+
+    explicit runtime_fixture(admission_config adm = {})
+        : dir(std::filesystem::temp_directory_path() / ("baton-adm-" + make_turn_id())), st(make_store(dir)),
+          db(st) {
+        agent a;
+        a.config.admission = adm;
+        a.model = make_echo_model();
+        fw.add_agent(a);
+        fw.register_plugin(rec.make());
+        rt.on_turn_finished([this](const turn_record& r) {
+            std::lock_guard lock(finished_mutex);
+            finished[r.turn_id] = r;
+        });
+        for (int i = 0; i < 2; ++i) threads.emplace_back([this] { ctx.run(); });
+    }
+    ~runtime_fixture() {
+        work.reset();
+        ctx.stop();
+        for (auto& t : threads) t.join();
+        db.stop();
+        std::filesystem::remove_all(dir);
+    }
+
+    accept_result accept(std::string sid, std::string text) {
+        accept_request r;
+        r.session_id = std::move(sid);
+        r.text = std::move(text);
+        return asio::co_spawn(ctx, rt.accept(std::move(r)), asio::use_future).get();
+    }
+
+    std::size_t finished_count() {
+        std::lock_guard lock(finished_mutex);
+        return finished.size();
+    }
+
+    bool wait_finished(std::size_t n, std::chrono::milliseconds limit = 20s) {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        while (finished_count() < n && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(2ms);
+        return finished_count() >= n;
+    }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(admission)
+
+BOOST_AUTO_TEST_CASE(one_session_runs_turns_one_at_a_time_in_accept_order_while_others_progress) {
+    runtime_fixture f({admission_mode::queue, 128});
+    f.rec.delay = 1ms;
+    // 100 messages to one session sent concurrently, and 100 other sessions at the same time.
+    std::vector<std::future<accept_result>> one, others;
+    asio::strand<asio::io_context::executor_type> client(f.ctx.get_executor());
+    for (int i = 0; i < 100; ++i) {
+        accept_request r;
+        r.session_id = "one";
+        r.text = "m" + std::to_string(i);
+        one.push_back(asio::co_spawn(client, f.rt.accept(std::move(r)), asio::use_future));
+        accept_request o;
+        o.session_id = "other-" + std::to_string(i);
+        o.text = "x";
+        others.push_back(asio::co_spawn(f.ctx, f.rt.accept(std::move(o)), asio::use_future));
+    }
+    for (auto& fut : one) BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
+    for (auto& fut : others) BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
+    BOOST_REQUIRE(f.wait_finished(200));
+
+    std::lock_guard lock(f.rec.m);
+    auto& seen = f.rec.order["one"];
+    BOOST_REQUIRE_EQUAL(seen.size(), 100u);
+    for (int i = 0; i < 100; ++i) BOOST_TEST(seen[i] == "m" + std::to_string(i));
+    BOOST_TEST(f.rec.max_active["one"] == 1);
+    for (int i = 0; i < 100; ++i) BOOST_TEST(f.rec.order["other-" + std::to_string(i)].size() == 1u);
+    for (auto& [id, r] : f.finished) BOOST_TEST((r.status == turn_status::completed));
+}
+
+BOOST_AUTO_TEST_CASE(sessions_run_in_parallel) {
+    runtime_fixture f;
+    f.rec.delay = 200ms;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 50; ++i) BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("p" + std::to_string(i), "x")));
+    BOOST_REQUIRE(f.wait_finished(50));
+    // 50 turns of 200 ms each, one after another, would take 10 s.
+    BOOST_TEST((std::chrono::steady_clock::now() - start < 5s));
+}
+
+BOOST_AUTO_TEST_CASE(a_slow_turn_never_delays_another_session) {
+    runtime_fixture f;
+    f.rec.delay_for["slow"] = 5s;
+    auto slow = std::get<accepted>(f.accept("slow-session", "slow"));
+    auto fast = std::get<accepted>(f.accept("fast-session", "fast"));
+    auto deadline = std::chrono::steady_clock::now() + 4s;
+    bool fast_done = false;
+    while (!fast_done && std::chrono::steady_clock::now() < deadline) {
+        {
+            std::lock_guard lock(f.finished_mutex);
+            fast_done = f.finished.count(fast.turn_id) > 0;
+        }
+        std::this_thread::sleep_for(2ms);
+    }
+    BOOST_TEST(fast_done);
+    std::lock_guard lock(f.finished_mutex);
+    BOOST_TEST(f.finished.count(slow.turn_id) == 0u); // still running
+}
+
+BOOST_AUTO_TEST_CASE(a_full_queue_answers_session_queue_full) {
+    runtime_fixture f({admission_mode::queue, 2});
+    f.rec.delay_for["block"] = 500ms;
+    BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("q", "block")));
+    // Let the first turn start so that the next ones wait.
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (f.rt.running_turns() == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("q", "a")));
+    BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("q", "b")));
+    auto third = f.accept("q", "c");
+    BOOST_REQUIRE(std::holds_alternative<api_error>(third));
+    BOOST_TEST((std::get<api_error>(third).code == errc::session_queue_full));
+    auto view = asio::co_spawn(f.ctx, f.rt.get_session("q"), asio::use_future).get();
+    BOOST_REQUIRE(view);
+    BOOST_TEST(view->busy);
+    BOOST_TEST(view->queued == 2);
+    BOOST_REQUIRE(f.wait_finished(3));
+    // Idle actors are evicted; their state lives in the store.
+    deadline = std::chrono::steady_clock::now() + 5s;
+    while (f.rt.live_sessions() != 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(1ms);
+    BOOST_TEST(f.rt.live_sessions() == 0u);
+    view = asio::co_spawn(f.ctx, f.rt.get_session("q"), asio::use_future).get();
+    BOOST_TEST(view->record.turns == 3);
+    BOOST_TEST(!view->busy);
+}
+
+BOOST_AUTO_TEST_CASE(reject_mode_answers_session_busy) {
+    runtime_fixture f({admission_mode::reject, 32});
+    f.rec.delay_for["block"] = 500ms;
+    BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("r", "block")));
+    auto second = f.accept("r", "again");
+    BOOST_REQUIRE(std::holds_alternative<api_error>(second));
+    BOOST_TEST((std::get<api_error>(second).code == errc::session_busy));
+    BOOST_REQUIRE(f.wait_finished(1));
+    BOOST_TEST(std::holds_alternative<accepted>(f.accept("r", "later")));
+    BOOST_REQUIRE(f.wait_finished(2));
+}
+
+BOOST_AUTO_TEST_CASE(queued_turns_survive_a_restart_and_run_in_order) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-recover-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    {
+        // An earlier process stored three messages and was mid-run on one of them.
+        auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
+        for (int i = 0; i < 3; ++i) {
+            turn_record t;
+            t.turn_id = make_turn_id();
+            t.session_id = "rec";
+            t.created_at = now_ms();
+            t.input.text = "r" + std::to_string(i);
+            st->insert_turn(t, {});
+            if (i == 0) st->mark_running(t.turn_id, now_ms());
+        }
+    }
+    {
+        asio::io_context ctx;
+        auto st = std::shared_ptr<store>(make_sqlite_store({(dir / "baton.db").string(), "normal"}));
+        store_runner db(st);
+        framework fw(db);
+        agent a;
+        a.model = make_echo_model();
+        fw.add_agent(a);
+        runtime rt(ctx.get_executor(), fw);
+        std::vector<turn_record> done;
+        rt.on_turn_finished([&](const turn_record& r) { done.push_back(r); });
+        auto n = run_bounded(ctx, rt.recover());
+        BOOST_TEST(n == 3u);
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        ctx.restart();
+        while (done.size() < 2 && std::chrono::steady_clock::now() < deadline) ctx.run_one_for(10ms);
+        BOOST_REQUIRE_EQUAL(done.size(), 2u);
+        BOOST_TEST(*done[0].reply == "echo: r1");
+        BOOST_TEST(*done[1].reply == "echo: r2");
+        auto all = st->unfinished_turns();
+        BOOST_TEST(all.empty());
+        db.stop();
+    }
+    auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
+    auto first = st->read_tape("rec", 0, 10);
+    BOOST_TEST(first.size() == 4u);
+    std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,149 @@
+// End-to-end test support: runs the real `baton` binary (BATON_CLI_PATH) as a child process on
+// 127.0.0.1:0 with a fresh data directory, and talks to it only as a user can, over TCP. Every wait
+// has a deadline, so a hung daemon fails the test instead of hanging it.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace baton::test {
+
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+using header_list = std::vector<std::pair<std::string, std::string>>;
+
+struct http_response {
+    unsigned status = 0;
+    header_list headers;
+    std::string body;
+    json::value json; // null when the body is not JSON
+    bool keep_alive = false;
+    // The first header of that name (case-insensitive), if any.
+    std::optional<std::string> header(std::string_view name) const;
+};
+
+// A directory of its own under the system temp dir, removed with everything in it.
+struct scratch_dir {
+    std::filesystem::path root;
+    scratch_dir();
+    ~scratch_dir();
+    scratch_dir(const scratch_dir&) = delete;
+    scratch_dir& operator=(const scratch_dir&) = delete;
+};
+
+// An HTTP/1.1 request as bytes: Host, the given headers, and for a body (or any POST) a
+// Content-Length and, unless given, `Content-Type: application/json`.
+std::string format_request(std::string_view method, std::string_view target, std::string_view body = {},
+                           const header_list& headers = {});
+
+// One TCP connection to the daemon; each call has its own deadline (`timeout` from its start).
+class connection {
+public:
+    connection(const std::string& host, unsigned short port, std::chrono::milliseconds timeout = 10s);
+    ~connection();
+    connection(connection&&) noexcept;
+    connection& operator=(connection&&) noexcept;
+
+    // Writes every byte; false when the peer is gone or the deadline passed.
+    bool write(std::string_view bytes);
+    // Reads the next response; nullopt (see last_error) on close, timeout or a malformed response.
+    std::optional<http_response> read_response();
+    // Writes a request and reads its response; fails the test when there is none.
+    http_response request(std::string_view method, std::string_view target, std::string_view body = {},
+                          const header_list& headers = {});
+
+    struct drained {
+        std::string bytes; // everything received until the end
+        bool closed;       // the peer closed (FIN or RST) before the deadline
+    };
+    // Reads until the peer closes the connection or the deadline passes.
+    drained read_until_close();
+    std::string last_error() const;
+
+private:
+    struct impl;
+    std::unique_ptr<impl> impl_;
+};
+
+// A running `baton serve` child. Only this pid is ever signalled.
+class daemon_process {
+public:
+    // Starts `baton <args...>` with stderr appended to `log_file`, and waits (bounded) for
+    // `listening on http://HOST:PORT` on stdout; fails the test if it does not come.
+    daemon_process(const std::vector<std::string>& args, const std::filesystem::path& log_file,
+                   std::chrono::milliseconds startup_limit = 10s);
+    ~daemon_process();
+    daemon_process(const daemon_process&) = delete;
+    daemon_process& operator=(const daemon_process&) = delete;
+
+    const std::string& host() const { return host_; }
+    unsigned short port() const { return port_; }
+    pid_t pid() const { return pid_; }
+    // SIGTERM, a bounded wait for the drain, then SIGKILL. Returns the exit code (128 + signal when
+    // killed). Idempotent.
+    int stop(std::chrono::milliseconds grace = 15s);
+
+private:
+    pid_t pid_ = -1;
+    int stdout_fd_ = -1;
+    int exit_code_ = -1;
+    std::string host_;
+    unsigned short port_ = 0;
+};
+
+struct cli_result {
+    int exit_code = -1; // 128 + signal when killed
+    std::string output; // stdout and stderr together
+};
+// Runs `baton <args...>` to completion (killed after `limit`).
+cli_result run_baton(const std::vector<std::string>& args, std::chrono::milliseconds limit = 10s);
+
+// Statuses after which a turn never changes (API.md "Turn record").
+const std::vector<std::string>& terminal_statuses();
+
+// A daemon on a fresh data directory, started on construction unless deferred; it can be stopped
+// and started again on the same directory. The destructor stops it and removes the directory.
+struct daemon_fixture {
+    struct deferred {};
+
+    scratch_dir dir;
+    std::unique_ptr<daemon_process> daemon;
+
+    daemon_fixture();
+    explicit daemon_fixture(deferred);
+    ~daemon_fixture();
+
+    // `serve --listen 127.0.0.1:0 --data <dir>/data <extra_args...>`.
+    void start(const std::vector<std::string>& extra_args = {});
+    int stop();
+    std::filesystem::path data_dir() const { return dir.root / "data"; }
+    // Writes a file under the scratch dir and returns its path.
+    std::filesystem::path write_file(const std::string& name, std::string_view content) const;
+    // The daemon's stderr so far (for failure messages).
+    std::string log() const;
+
+    connection connect(std::chrono::milliseconds timeout = 10s) const;
+    // One request on a fresh connection.
+    http_response request(std::string_view method, std::string_view target, std::string_view body = {},
+                          const header_list& headers = {}) const;
+    // POST /v1/sessions/{sid}/messages with {"text": text}.
+    http_response post_message(std::string_view sid, std::string_view text,
+                               const header_list& headers = {}) const;
+    // Polls GET /v1/turns/{tid} every 10 ms up to 10 s until its status is one of `until`; fails the
+    // test otherwise. Returns the last turn record.
+    json::object wait_for_turn(std::string_view tid,
+                               const std::vector<std::string>& until = terminal_statuses()) const;
+};
+
+} // namespace baton::test

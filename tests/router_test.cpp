@@ -1,0 +1,75 @@
+// HTTP routing and body validation, without sockets.
+#include "channels/http/api.hpp"
+#include "channels/http/router.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+using namespace baton;
+using namespace baton::http;
+
+BOOST_AUTO_TEST_SUITE(http_router)
+
+BOOST_AUTO_TEST_CASE(routes_and_parameters) {
+    auto m = match_route("POST", "/v1/sessions/s1/messages");
+    BOOST_TEST((m.id == route_id::post_message));
+    BOOST_TEST(m.session_id == "s1");
+    m = match_route("GET", "/v1/turns/t_abc");
+    BOOST_TEST((m.id == route_id::get_turn));
+    BOOST_TEST(m.turn_id == "t_abc");
+    m = match_route("GET", "/v1/sessions/a%3Ab/tape?after=3&limit=2");
+    BOOST_TEST((m.id == route_id::get_tape));
+    BOOST_TEST(m.session_id == "a:b");
+    BOOST_TEST(*query_param_int(m.query, "after").value == 3);
+    BOOST_TEST(*query_param_int(m.query, "limit").value == 2);
+    BOOST_TEST(!query_param_int(m.query, "other").value);
+    BOOST_TEST(!query_param_int("after=-1", "after").error.empty());
+    BOOST_TEST(!query_param_int("after=1x", "after").error.empty());
+    BOOST_TEST((match_route("GET", "/healthz").id == route_id::healthz));
+    BOOST_TEST((match_route("GET", "/v1/turns/t_x/").id == route_id::get_turn));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
+    auto m = match_route("GET", "/v1/nothing");
+    BOOST_TEST((m.error == errc::not_found));
+    m = match_route("DELETE", "/v1/turns/t1");
+    BOOST_TEST((m.error == errc::method_not_allowed));
+    BOOST_TEST(m.allow == "GET");
+    m = match_route("GET", "/v1/sessions/s1/messages");
+    BOOST_TEST((m.error == errc::method_not_allowed));
+    BOOST_TEST(m.allow == "POST");
+    BOOST_TEST((match_route("GET", "not a target").error == errc::invalid_request));
+}
+
+BOOST_AUTO_TEST_CASE(message_bodies) {
+    accept_request r;
+    BOOST_TEST(!parse_message_body(R"({"text":"hi","agent":"a","metadata":{"k":1},"deliver":{"channel":"webhook","to":"crm"}})", r));
+    BOOST_TEST(r.text == "hi");
+    BOOST_TEST(r.agent == "a");
+    BOOST_TEST(r.metadata.at("k").as_int64() == 1);
+    auto err = [](std::string_view body) {
+        accept_request ar;
+        auto e = parse_message_body(body, ar);
+        BOOST_REQUIRE(e);
+        return *e;
+    };
+    BOOST_TEST((err("{").code == errc::invalid_json));
+    BOOST_TEST((err("\"\xff\"").code == errc::invalid_json));
+    BOOST_TEST((err("[]").code == errc::invalid_request));
+    BOOST_TEST(err("{}").message == "text: required");
+    BOOST_TEST(err(R"({"text":1})").message == "text: expected string");
+    BOOST_TEST(err(R"({"text":""})").message == "text: must not be empty");
+    BOOST_TEST(err(R"({"text":"a","metadata":[]})").message == "metadata: expected object");
+    BOOST_TEST(err(R"({"text":"a","deliver":{"to":"x"}})").message == "deliver.channel: required");
+    BOOST_TEST(err(R"({"text":"a","color":"red"})").message == "color: unknown field");
+}
+
+BOOST_AUTO_TEST_CASE(utf8_validation) {
+    BOOST_TEST(valid_utf8("plain"));
+    BOOST_TEST(valid_utf8("\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"));
+    BOOST_TEST(!valid_utf8("\xc3"));             // truncated
+    BOOST_TEST(!valid_utf8("\xc0\xaf"));         // overlong
+    BOOST_TEST(!valid_utf8("\xed\xa0\x80"));     // surrogate
+    BOOST_TEST(!valid_utf8("\xf4\x90\x80\x80")); // past U+10FFFF
+}
+
+BOOST_AUTO_TEST_SUITE_END()
