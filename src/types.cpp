@@ -19,7 +19,7 @@ std::string format_time(time_ms t) {
     int ms = static_cast<int>(t % 1000);
     std::tm tm{};
     gmtime_r(&secs, &tm);
-    char buf[32];
+    char buf[64];
     std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                   tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
     return buf;

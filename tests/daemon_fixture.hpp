@@ -6,6 +6,7 @@
 #include <boost/json.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -91,7 +92,7 @@ public:
     unsigned short port() const { return port_; }
     pid_t pid() const { return pid_; }
     // SIGTERM, a bounded wait for the drain, then SIGKILL. Returns the exit code (128 + signal when
-    // killed). Idempotent.
+    // killed). Idempotent; a zero grace is an immediate SIGKILL (a crash).
     int stop(std::chrono::milliseconds grace = 15s);
 
 private:
@@ -106,11 +107,28 @@ struct cli_result {
     int exit_code = -1; // 128 + signal when killed
     std::string output; // stdout and stderr together
 };
+// Writes a whole file; fails the test when it cannot.
+void write_text_file(const std::filesystem::path& p, std::string_view content);
+
 // Runs `baton <args...>` to completion (killed after `limit`).
 cli_result run_baton(const std::vector<std::string>& args, std::chrono::milliseconds limit = 10s);
 
 // Statuses after which a turn never changes (API.md "Turn record").
 const std::vector<std::string>& terminal_statuses();
+
+// Checks the one error shape of API.md, exactly {"error": {"code", "message"}}, and the status;
+// returns the message (empty when the shape is wrong).
+std::string check_error(const http_response& r, unsigned status, std::string_view code);
+// The body as a JSON object; fails the test when it is not one.
+const json::object& body_object(const http_response& r);
+// A string member, or "" when it is absent or not a string.
+std::string string_at(const json::object& o, std::string_view key);
+// An integer member, or -1 when it is absent or not an integer.
+std::int64_t int_at(const json::object& o, std::string_view key);
+// The turn id of a 202/200 answer to a POST; fails the test when there is none.
+std::string turn_id_of(const http_response& r);
+// "2026-11-30T12:00:00.000Z" and the other RFC 3339 date-times.
+bool is_rfc3339(const json::value& v);
 
 // A daemon on a fresh data directory, started on construction unless deferred; it can be stopped
 // and started again on the same directory. The destructor stops it and removes the directory.
@@ -126,7 +144,10 @@ struct daemon_fixture {
 
     // `serve --listen 127.0.0.1:0 --data <dir>/data <extra_args...>`.
     void start(const std::vector<std::string>& extra_args = {});
+    // SIGTERM (graceful drain); returns the exit code.
     int stop();
+    // SIGKILL, as a crash would; returns the exit code.
+    int crash();
     std::filesystem::path data_dir() const { return dir.root / "data"; }
     // Writes a file under the scratch dir and returns its path.
     std::filesystem::path write_file(const std::string& name, std::string_view content) const;

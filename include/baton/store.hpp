@@ -1,6 +1,7 @@
 // The store: where accepted messages, turn records, tapes and session state outlive the process.
 // Implementations are synchronous and thread-safe; the runtime calls blocking ones off its socket
-// threads (see store_runner). Every store passes the same conformance suite (tests/store_conformance).
+// threads (see store_runner). Every store passes the same conformance suite (tests/store_test.cpp).
+// Calls naming an unknown turn (mark_running, finish_turn) or a duplicate turn id throw.
 #pragma once
 
 #include <baton/types.hpp>
