@@ -10,7 +10,8 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
     std::vector<tape_entry> anchors;
     if (auto reply = run_command(ctx, text, anchors)) {
         ctx.new_entries.push_back(make_message("assistant", *reply));
-        for (auto& a : anchors) ctx.new_entries.push_back(std::move(a));
+        for (auto& a : anchors)
+            ctx.new_entries.push_back(std::move(a));
         p.direct_reply = std::move(*reply);
         co_return p;
     }

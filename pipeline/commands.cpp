@@ -13,11 +13,7 @@ std::string_view trim(std::string_view s) {
 }
 
 tape_entry make_anchor(std::string_view name) {
-    tape_entry e;
-    e.kind = tape_kind::anchor;
-    e.payload = {{"name", name}, {"summary", ""}};
-    e.created_at = now_ms();
-    return e;
+    return make_entry(tape_kind::anchor, {{"name", name}, {"summary", ""}});
 }
 } // namespace
 

@@ -10,9 +10,9 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const 
     req.model = cfg.model.model;
     req.messages = p.messages;
     req.max_tokens = cfg.model.max_output_tokens;
-    model_response resp;
+    chat_completion resp;
     try {
-        resp = co_await ctx.agent->model->complete(req);
+        resp = co_await ctx.agent->model->complete(req, {});
     } catch (const turn_error&) {
         throw;
     } catch (const boost::system::system_error& e) {
@@ -24,7 +24,7 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const 
     model_output out;
     out.reply = std::move(resp.text);
     out.steps = 1;
-    out.usage = resp.usage;
+    out.usage = {resp.prompt_tokens, resp.completion_tokens};
     ctx.new_entries.push_back(make_message("assistant", out.reply));
     co_return out;
 }

@@ -83,28 +83,24 @@ json::object to_json(const tape_entry& e) {
             {"created_at", format_time(e.created_at)}};
 }
 
-tape_entry make_message(std::string_view role, std::string_view text) {
+tape_entry make_entry(tape_kind kind, json::object payload) {
     tape_entry e;
-    e.kind = tape_kind::message;
-    e.payload = {{"role", role}, {"text", text}};
+    e.kind = kind;
+    e.payload = std::move(payload);
     e.created_at = now_ms();
     return e;
+}
+
+tape_entry make_message(std::string_view role, std::string_view text) {
+    return make_entry(tape_kind::message, {{"role", role}, {"text", text}});
 }
 
 tape_entry make_error_entry(std::string_view code, std::string_view message) {
-    tape_entry e;
-    e.kind = tape_kind::error;
-    e.payload = {{"code", code}, {"message", message}};
-    e.created_at = now_ms();
-    return e;
+    return make_entry(tape_kind::error, {{"code", code}, {"message", message}});
 }
 
 tape_entry make_event_entry(std::string_view name, json::value data) {
-    tape_entry e;
-    e.kind = tape_kind::event;
-    e.payload = {{"name", name}, {"data", std::move(data)}};
-    e.created_at = now_ms();
-    return e;
+    return make_entry(tape_kind::event, {{"name", name}, {"data", std::move(data)}});
 }
 
 bool valid_session_id(std::string_view sid) {

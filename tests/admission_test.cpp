@@ -29,7 +29,8 @@ struct recorder {
     plugin make() {
         plugin p;
         p.name = "recorder";
-        p.run_model = [this](turn_context& ctx, const prompt&) -> asio::awaitable<std::optional<model_output>> {
+        p.run_model = [this](turn_context& ctx,
+                             const prompt&) -> asio::awaitable<std::optional<model_output>> {
             auto wait = delay;
             {
                 std::lock_guard lock(m);
@@ -72,8 +73,8 @@ struct runtime_fixture {
     }
 
     explicit runtime_fixture(admission_config adm = {})
-        : dir(std::filesystem::temp_directory_path() / ("baton-adm-" + make_turn_id())), st(make_store(dir)),
-          db(st) {
+        : dir(std::filesystem::temp_directory_path() / ("baton-adm-" + make_turn_id())),
+          st(make_store(dir)), db(st) {
         agent a;
         a.config.admission = adm;
         a.model = make_echo_model();
@@ -83,12 +84,14 @@ struct runtime_fixture {
             std::lock_guard lock(finished_mutex);
             finished[r.turn_id] = r;
         });
-        for (int i = 0; i < 2; ++i) threads.emplace_back([this] { ctx.run(); });
+        for (int i = 0; i < 2; ++i)
+            threads.emplace_back([this] { ctx.run(); });
     }
     ~runtime_fixture() {
         work.reset();
         ctx.stop();
-        for (auto& t : threads) t.join();
+        for (auto& t : threads)
+            t.join();
         db.stop();
         std::filesystem::remove_all(dir);
     }
@@ -133,24 +136,30 @@ BOOST_AUTO_TEST_CASE(one_session_runs_turns_one_at_a_time_in_accept_order_while_
         o.text = "x";
         others.push_back(asio::co_spawn(f.ctx, f.rt.accept(std::move(o)), asio::use_future));
     }
-    for (auto& fut : one) BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
-    for (auto& fut : others) BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
+    for (auto& fut : one)
+        BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
+    for (auto& fut : others)
+        BOOST_REQUIRE(std::holds_alternative<accepted>(fut.get()));
     BOOST_REQUIRE(f.wait_finished(200));
 
     std::lock_guard lock(f.rec.m);
     auto& seen = f.rec.order["one"];
     BOOST_REQUIRE_EQUAL(seen.size(), 100u);
-    for (int i = 0; i < 100; ++i) BOOST_TEST(seen[i] == "m" + std::to_string(i));
+    for (int i = 0; i < 100; ++i)
+        BOOST_TEST(seen[i] == "m" + std::to_string(i));
     BOOST_TEST(f.rec.max_active["one"] == 1);
-    for (int i = 0; i < 100; ++i) BOOST_TEST(f.rec.order["other-" + std::to_string(i)].size() == 1u);
-    for (auto& [id, r] : f.finished) BOOST_TEST((r.status == turn_status::completed));
+    for (int i = 0; i < 100; ++i)
+        BOOST_TEST(f.rec.order["other-" + std::to_string(i)].size() == 1u);
+    for (auto& [id, r] : f.finished)
+        BOOST_TEST((r.status == turn_status::completed));
 }
 
 BOOST_AUTO_TEST_CASE(sessions_run_in_parallel) {
     runtime_fixture f;
     f.rec.delay = 200ms;
     auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 50; ++i) BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("p" + std::to_string(i), "x")));
+    for (int i = 0; i < 50; ++i)
+        BOOST_REQUIRE(std::holds_alternative<accepted>(f.accept("p" + std::to_string(i), "x")));
     BOOST_REQUIRE(f.wait_finished(50));
     // 50 turns of 200 ms each, one after another, would take 10 s.
     BOOST_TEST((std::chrono::steady_clock::now() - start < 5s));
@@ -246,7 +255,8 @@ BOOST_AUTO_TEST_CASE(queued_turns_survive_a_restart_and_run_in_order) {
         BOOST_TEST(n == 3u);
         auto deadline = std::chrono::steady_clock::now() + 10s;
         ctx.restart();
-        while (done.size() < 2 && std::chrono::steady_clock::now() < deadline) ctx.run_one_for(10ms);
+        while (done.size() < 2 && std::chrono::steady_clock::now() < deadline)
+            ctx.run_one_for(10ms);
         BOOST_REQUIRE_EQUAL(done.size(), 2u);
         BOOST_TEST(*done[0].reply == "echo: r1");
         BOOST_TEST(*done[1].reply == "echo: r2");

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <fstream>
 #include <random>
-#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -87,16 +86,16 @@ struct deadline_stream {
     }
     template <class Buffers> std::size_t read_some(const Buffers& b) {
         error_code ec;
-        auto n = read_some(b, ec);
-        if (ec) throw boost::system::system_error(ec);
-        return n;
+        return or_throw(read_some(b, ec), ec);
     }
     template <class Buffers> std::size_t write_some(const Buffers& b, error_code& ec) {
         return retry(POLLOUT, ec, [&](error_code& e) { return socket.write_some(b, e); });
     }
     template <class Buffers> std::size_t write_some(const Buffers& b) {
         error_code ec;
-        auto n = write_some(b, ec);
+        return or_throw(write_some(b, ec), ec);
+    }
+    static std::size_t or_throw(std::size_t n, const error_code& ec) {
         if (ec) throw boost::system::system_error(ec);
         return n;
     }
@@ -139,6 +138,15 @@ std::string tail(const std::string& s, std::size_t n = 4000) {
     return s.size() <= n ? s : "..." + s.substr(s.size() - n);
 }
 
+// The null-terminated char* array execve wants; points into `v`.
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+    std::vector<char*> out;
+    for (auto& s : v)
+        out.push_back(s.data());
+    out.push_back(nullptr);
+    return out;
+}
+
 struct child {
     pid_t pid = -1;
     int out_fd = -1; // the read end of the child's stdout
@@ -151,17 +159,10 @@ child spawn_baton(const std::vector<std::string>& args, const fs::path* log_file
     // Everything the child needs is made before fork: after it, only async-signal-safe calls.
     std::vector<std::string> arg_strings{BATON_CLI_PATH};
     arg_strings.insert(arg_strings.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : arg_strings)
-        argv.push_back(a.data());
-    argv.push_back(nullptr);
     std::vector<std::string> env_strings;
     for (char** e = environ; *e != nullptr; ++e)
         if (!std::string_view(*e).starts_with("BATON_")) env_strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (auto& e : env_strings)
-        envp.push_back(e.data());
-    envp.push_back(nullptr);
+    auto argv = c_strings(arg_strings), envp = c_strings(env_strings);
 
     int pipe_fds[2];
     BOOST_REQUIRE_MESSAGE(::pipe2(pipe_fds, O_CLOEXEC) == 0, "pipe2: " << std::strerror(errno));
@@ -433,47 +434,6 @@ const std::vector<std::string>& terminal_statuses() {
     return s;
 }
 
-std::string check_error(const http_response& r, unsigned status, std::string_view code) {
-    BOOST_TEST(r.status == status, "status " << r.status << ", body " << r.body);
-    BOOST_TEST(r.header("Content-Type").value_or("").starts_with("application/json"));
-    const auto* root = r.json.if_object();
-    const auto* err = root && root->size() == 1 ? root->if_contains("error") : nullptr;
-    const auto* e = err ? err->if_object() : nullptr;
-    bool shaped = e && e->size() == 2 && e->contains("code") && e->contains("message") &&
-                  e->at("code").is_string() && e->at("message").is_string();
-    BOOST_TEST(shaped, "not exactly {\"error\": {\"code\", \"message\"}}: " << r.body);
-    if (!shaped) return {};
-    BOOST_TEST(string_at(*e, "code") == code);
-    BOOST_TEST(!string_at(*e, "message").empty());
-    return string_at(*e, "message");
-}
-
-const json::object& body_object(const http_response& r) {
-    BOOST_TEST_REQUIRE(r.json.is_object(), "status " << r.status << ", not a JSON object: " << r.body);
-    return r.json.get_object();
-}
-
-std::string string_at(const json::object& o, std::string_view key) {
-    const auto* v = o.if_contains(key);
-    return v && v->is_string() ? std::string(v->get_string()) : std::string();
-}
-
-std::int64_t int_at(const json::object& o, std::string_view key) {
-    const auto* v = o.if_contains(key);
-    return v && v->is_int64() ? v->get_int64() : -1;
-}
-
-std::string turn_id_of(const http_response& r) {
-    auto tid = string_at(body_object(r), "turn_id");
-    BOOST_TEST_REQUIRE(!tid.empty(), "no turn_id in: " << r.status << " " << r.body);
-    return tid;
-}
-
-bool is_rfc3339(const json::value& v) {
-    static const std::regex re(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2}))");
-    return v.is_string() && std::regex_match(std::string(v.get_string()), re);
-}
-
 daemon_fixture::daemon_fixture() {
     start();
 }
@@ -496,16 +456,9 @@ void daemon_fixture::start(const std::vector<std::string>& extra_args) {
     daemon = std::make_unique<daemon_process>(args, dir.root / "daemon.log");
 }
 
-int daemon_fixture::stop() {
-    BOOST_REQUIRE(daemon);
-    int code = daemon->stop();
-    daemon.reset();
-    return code;
-}
-
-int daemon_fixture::crash() {
-    BOOST_REQUIRE(daemon);
-    int code = daemon->stop(0ms);
+int daemon_fixture::stop(std::chrono::milliseconds grace) {
+    BOOST_REQUIRE_MESSAGE(daemon, "the daemon is not running");
+    int code = daemon->stop(grace);
     daemon.reset();
     return code;
 }
@@ -525,16 +478,6 @@ fs::path daemon_fixture::write_file(const std::string& name, std::string_view co
 
 std::string daemon_fixture::log() const {
     return read_text_file(dir.root / "daemon.log");
-}
-
-connection daemon_fixture::connect(std::chrono::milliseconds timeout) const {
-    BOOST_REQUIRE_MESSAGE(daemon, "the daemon is not running");
-    return connection(daemon->host(), daemon->port(), timeout);
-}
-
-http_response daemon_fixture::request(std::string_view method, std::string_view target,
-                                      std::string_view body, const header_list& headers) const {
-    return connect().request(method, target, body, headers);
 }
 
 http_response daemon_fixture::post_message(std::string_view sid, std::string_view text,

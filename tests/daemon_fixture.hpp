@@ -4,12 +4,14 @@
 #pragma once
 
 #include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -116,19 +118,53 @@ cli_result run_baton(const std::vector<std::string>& args, std::chrono::millisec
 // Statuses after which a turn never changes (API.md "Turn record").
 const std::vector<std::string>& terminal_statuses();
 
-// Checks the one error shape of API.md, exactly {"error": {"code", "message"}}, and the status;
-// returns the message (empty when the shape is wrong).
-std::string check_error(const http_response& r, unsigned status, std::string_view code);
-// The body as a JSON object; fails the test when it is not one.
-const json::object& body_object(const http_response& r);
 // A string member, or "" when it is absent or not a string.
-std::string string_at(const json::object& o, std::string_view key);
+inline std::string string_at(const json::object& o, std::string_view key) {
+    const auto* v = o.if_contains(key);
+    return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
 // An integer member, or -1 when it is absent or not an integer.
-std::int64_t int_at(const json::object& o, std::string_view key);
+inline std::int64_t int_at(const json::object& o, std::string_view key) {
+    const auto* v = o.if_contains(key);
+    return v && v->is_int64() ? v->get_int64() : -1;
+}
+
+// The body as a JSON object; fails the test when it is not one.
+inline const json::object& body_object(const http_response& r) {
+    BOOST_TEST_REQUIRE(r.json.is_object(), "status " << r.status << ", not a JSON object: " << r.body);
+    return r.json.get_object();
+}
+
 // The turn id of a 202/200 answer to a POST; fails the test when there is none.
-std::string turn_id_of(const http_response& r);
+inline std::string turn_id_of(const http_response& r) {
+    auto tid = string_at(body_object(r), "turn_id");
+    BOOST_TEST_REQUIRE(!tid.empty(), "no turn_id in: " << r.status << " " << r.body);
+    return tid;
+}
+
+// Checks the status and the one error shape of API.md, exactly {"error": {"code", "message"}};
+// returns the message (empty when the shape is wrong).
+inline std::string check_error(const http_response& r, unsigned status, std::string_view code) {
+    BOOST_TEST(r.status == status, "status " << r.status << ", body " << r.body);
+    BOOST_TEST(r.header("Content-Type").value_or("").starts_with("application/json"));
+    const auto* root = r.json.if_object();
+    const auto* err = root && root->size() == 1 ? root->if_contains("error") : nullptr;
+    const auto* e = err ? err->if_object() : nullptr;
+    bool shaped = e && e->size() == 2 && e->contains("code") && e->contains("message") &&
+                  e->at("code").is_string() && e->at("message").is_string();
+    BOOST_TEST(shaped, "not exactly {\"error\": {\"code\", \"message\"}}: " << r.body);
+    if (!shaped) return {};
+    BOOST_TEST(string_at(*e, "code") == code);
+    BOOST_TEST(!string_at(*e, "message").empty());
+    return string_at(*e, "message");
+}
+
 // "2026-11-30T12:00:00.000Z" and the other RFC 3339 date-times.
-bool is_rfc3339(const json::value& v);
+inline bool is_rfc3339(const json::value& v) {
+    static const std::regex re(R"(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2}))");
+    return v.is_string() && std::regex_match(std::string(v.get_string()), re);
+}
 
 // A daemon on a fresh data directory, started on construction unless deferred; it can be stopped
 // and started again on the same directory. The destructor stops it and removes the directory.
@@ -144,20 +180,25 @@ struct daemon_fixture {
 
     // `serve --listen 127.0.0.1:0 --data <dir>/data <extra_args...>`.
     void start(const std::vector<std::string>& extra_args = {});
-    // SIGTERM (graceful drain); returns the exit code.
-    int stop();
+    // SIGTERM (a graceful drain, SIGKILL after `grace`); returns the exit code.
+    int stop(std::chrono::milliseconds grace = 15s);
     // SIGKILL, as a crash would; returns the exit code.
-    int crash();
+    int crash() { return stop(0ms); }
     std::filesystem::path data_dir() const { return dir.root / "data"; }
     // Writes a file under the scratch dir and returns its path.
     std::filesystem::path write_file(const std::string& name, std::string_view content) const;
     // The daemon's stderr so far (for failure messages).
     std::string log() const;
 
-    connection connect(std::chrono::milliseconds timeout = 10s) const;
+    connection connect(std::chrono::milliseconds timeout = 10s) const {
+        BOOST_REQUIRE_MESSAGE(daemon, "the daemon is not running");
+        return connection(daemon->host(), daemon->port(), timeout);
+    }
     // One request on a fresh connection.
     http_response request(std::string_view method, std::string_view target, std::string_view body = {},
-                          const header_list& headers = {}) const;
+                          const header_list& headers = {}) const {
+        return connect().request(method, target, body, headers);
+    }
     // POST /v1/sessions/{sid}/messages with {"text": text}.
     http_response post_message(std::string_view sid, std::string_view text,
                                const header_list& headers = {}) const;

@@ -22,9 +22,15 @@ namespace {
 class counting_model : public model_client {
 public:
     std::atomic<int> calls{0};
-    asio::awaitable<model_response> complete(const model_request& req) override {
+    asio::awaitable<chat_completion> complete(const model_request& req, const delta_handler&) override {
         ++calls;
-        co_return model_response{"echo: " + req.messages.back().content, "stop", {1, 2}};
+        chat_completion c;
+        c.text = "echo: " + req.messages.back().content;
+        c.finish_reason = "stop";
+        c.prompt_tokens = 1;
+        c.completion_tokens = 2;
+        c.has_usage = true;
+        co_return c;
     }
     std::string name() const override { return "counting"; }
 };
@@ -84,7 +90,8 @@ plugin failing_stage(const std::string& stage) {
             co_return std::nullopt;
         };
     if (stage == "run_model")
-        p.run_model = [boom](turn_context&, const prompt&) -> asio::awaitable<std::optional<model_output>> {
+        p.run_model = [boom](turn_context&,
+                             const prompt&) -> asio::awaitable<std::optional<model_output>> {
             boom();
             co_return std::nullopt;
         };
@@ -110,7 +117,8 @@ BOOST_FIXTURE_TEST_CASE(stages_run_in_order_and_the_echo_reply_is_saved, framewo
         order.push_back("build_prompt");
         co_return std::nullopt;
     };
-    tracer.run_model = [&](turn_context&, const prompt&) -> asio::awaitable<std::optional<model_output>> {
+    tracer.run_model = [&](turn_context&,
+                           const prompt&) -> asio::awaitable<std::optional<model_output>> {
         order.push_back("run_model");
         co_return std::nullopt;
     };
@@ -131,8 +139,9 @@ BOOST_FIXTURE_TEST_CASE(stages_run_in_order_and_the_echo_reply_is_saved, framewo
     BOOST_TEST(r.reply == "echo: hello");
     BOOST_TEST(r.steps == 1);
     BOOST_TEST(r.usage.completion_tokens == 2);
-    std::vector<std::string> expected{"resolve_session", "load_state",      "build_prompt",     "run_model",
-                                      "save_state",      "render_outbound", "dispatch_outbound"};
+    std::vector<std::string> expected{"resolve_session",  "load_state", "build_prompt",
+                                      "run_model",        "save_state", "render_outbound",
+                                      "dispatch_outbound"};
     BOOST_TEST(order == expected, boost::test_tools::per_element());
     auto tape = mem->read_tape("s1", 0, 10);
     BOOST_REQUIRE_EQUAL(tape.size(), 2u);
@@ -177,9 +186,11 @@ BOOST_FIXTURE_TEST_CASE(cancellation_during_run_model_still_runs_save_state, fra
                        done = true;
                    }));
     asio::steady_timer trigger(ctx, 20ms);
-    trigger.async_wait([&](boost::system::error_code) { cancel.emit(asio::cancellation_type::terminal); });
+    trigger.async_wait(
+        [&](boost::system::error_code) { cancel.emit(asio::cancellation_type::terminal); });
     auto deadline = std::chrono::steady_clock::now() + 5s;
-    while (!done && std::chrono::steady_clock::now() < deadline) ctx.run_one_for(10ms);
+    while (!done && std::chrono::steady_clock::now() < deadline)
+        ctx.run_one_for(10ms);
     BOOST_REQUIRE(done);
     BOOST_REQUIRE(error);
     BOOST_CHECK_EXCEPTION(std::rethrow_exception(error), boost::system::system_error,
@@ -225,14 +236,17 @@ BOOST_FIXTURE_TEST_CASE(direct_command_completes_without_a_model_run, framework_
     BOOST_TEST(r.reply.find("/help") != std::string::npos);
     BOOST_TEST(saves.size() == 1u);
     auto m = run(message("/model"));
-    BOOST_TEST(m.reply.find("counting") == std::string::npos); // names the configured model, not the client
+    BOOST_TEST(m.reply.find("counting") ==
+               std::string::npos); // names the configured model, not the client
     BOOST_TEST(model->calls.load() == 0);
 }
 
 BOOST_FIXTURE_TEST_CASE(reset_starts_the_context_at_a_new_anchor, framework_fixture) {
     std::vector<std::size_t> prompt_sizes;
     plugin spy;
-    spy.build_prompt = [](turn_context&) -> asio::awaitable<std::optional<prompt>> { co_return std::nullopt; };
+    spy.build_prompt = [](turn_context&) -> asio::awaitable<std::optional<prompt>> {
+        co_return std::nullopt;
+    };
     spy.run_model = [&](turn_context&, const prompt& p) -> asio::awaitable<std::optional<model_output>> {
         prompt_sizes.push_back(p.messages.size());
         co_return std::nullopt; // fall through to the default
@@ -251,7 +265,8 @@ BOOST_FIXTURE_TEST_CASE(reset_starts_the_context_at_a_new_anchor, framework_fixt
 BOOST_FIXTURE_TEST_CASE(last_registered_hook_takes_the_first_result, framework_fixture) {
     auto fixed = [](std::string reply) {
         plugin p;
-        p.run_model = [reply](turn_context&, const prompt&) -> asio::awaitable<std::optional<model_output>> {
+        p.run_model = [reply](turn_context&,
+                              const prompt&) -> asio::awaitable<std::optional<model_output>> {
             co_return model_output{reply, 1, {}};
         };
         return p;
@@ -265,7 +280,9 @@ BOOST_FIXTURE_TEST_CASE(last_registered_hook_takes_the_first_result, framework_f
 BOOST_FIXTURE_TEST_CASE(load_state_merges_with_higher_priority_winning, framework_fixture) {
     auto state = [](json::object o) {
         plugin p;
-        p.load_state = [o](turn_context&) -> asio::awaitable<std::optional<json::object>> { co_return o; };
+        p.load_state = [o](turn_context&) -> asio::awaitable<std::optional<json::object>> {
+            co_return o;
+        };
         return p;
     };
     fw.register_plugin(state({{"a", 1}, {"b", 1}}));

@@ -1,6 +1,6 @@
 // End-to-end tests of the REST surface (API.md "HTTP API") against the real `baton serve` process,
 // through its socket only. Connection-level behaviour (framing, limits, timeouts) is in
-// http_wire_test.cpp, in the same suite.
+// http_daemon_test.cpp, in the same suite.
 #include "tests/daemon_fixture.hpp"
 
 #include <boost/test/unit_test.hpp>

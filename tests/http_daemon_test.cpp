@@ -1,17 +1,59 @@
-// End-to-end tests of the `baton` process itself: accepted turns survive a graceful restart and a
-// crash on the same data directory, and the command line answers with the documented exit codes.
+// End-to-end tests of the `baton` process as a peer and as a program. Suite http_api (with
+// http_api_test.cpp): keep-alive, pipelining, the body limit under both framings, header and idle
+// timeouts, malformed requests, and that none of it costs the daemon its health or its turns.
+// Suite http_daemon: accepted turns survive a graceful restart and a crash on the same data
+// directory, and the command line answers with the documented exit codes.
 #include "tests/daemon_fixture.hpp"
 
 #include <boost/test/unit_test.hpp>
 
-#include <map>
+#include <cstdio>
 #include <string>
-#include <utility>
 #include <vector>
 
 using namespace baton::test;
+using steady = std::chrono::steady_clock;
 
 namespace {
+
+constexpr std::size_t max_body_bytes = 1048576; // the default of server.max_body_bytes
+
+std::string chunk(std::string_view data) {
+    char size[32];
+    std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    return size + std::string(data) + "\r\n";
+}
+
+const std::string chunked_head = "POST /v1/sessions/big/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                 "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+
+long long ms_since(steady::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - t0).count();
+}
+
+std::vector<std::string> user_texts(const daemon_fixture& f, const std::string& sid) {
+    auto tape = f.request("GET", "/v1/sessions/" + sid + "/tape");
+    std::vector<std::string> out;
+    for (const auto& e : body_object(tape).at("entries").as_array()) {
+        const auto& p = e.at("payload").as_object();
+        if (string_at(e.as_object(), "kind") == "message" && string_at(p, "role") == "user")
+            out.push_back(string_at(p, "text"));
+    }
+    return out;
+}
+
+// A daemon whose config file shortens the header and idle timeouts.
+struct short_timeouts_fixture : daemon_fixture {
+    short_timeouts_fixture() : daemon_fixture(deferred{}) {
+        json::object storage;
+        storage["sqlite"] = json::object{{"path", (data_dir() / "baton.db").string()}};
+        json::object cfg;
+        cfg["server"] = json::object{{"header_timeout_ms", 300}, {"idle_timeout_ms", 500}};
+        cfg["storage"] = std::move(storage);
+        auto path = write_file("baton.json", json::serialize(cfg));
+        start({"--config", path.string()});
+    }
+};
 
 struct posted_turn {
     std::string turn_id;
@@ -37,6 +79,192 @@ std::int64_t session_turns(const daemon_fixture& f, const std::string& sid) {
 }
 
 } // namespace
+
+BOOST_AUTO_TEST_SUITE(http_api)
+
+BOOST_FIXTURE_TEST_CASE(keep_alive_serves_twenty_requests_on_one_connection, daemon_fixture) {
+    auto c = connect();
+    std::string last_tid;
+    for (int i = 0; i < 20; ++i)
+        BOOST_TEST_CONTEXT("request " << i) {
+            if (i % 2 == 0) {
+                auto r = c.request("GET", "/healthz");
+                BOOST_TEST(r.status == 200u);
+                BOOST_TEST(r.keep_alive);
+            } else {
+                auto r = c.request("POST", "/v1/sessions/ka/messages",
+                                   R"({"text": "k)" + std::to_string(i) + R"("})");
+                BOOST_TEST(r.status == 202u, r.body);
+                BOOST_TEST(r.keep_alive);
+                last_tid = turn_id_of(r);
+            }
+        }
+    wait_for_turn(last_tid, {"completed"});
+    BOOST_TEST(int_at(body_object(c.request("GET", "/v1/sessions/ka")), "turns") == 10);
+}
+
+BOOST_FIXTURE_TEST_CASE(pipelined_requests_are_answered_in_order, daemon_fixture) {
+    const std::string target = "/v1/sessions/pipe/messages";
+    std::string batch = format_request("GET", "/healthz") +
+                        format_request("POST", target, R"({"text": "p1"})") +
+                        format_request("GET", "/v1/turns/t_0000000000000000000000000a") +
+                        format_request("POST", target, R"({"text": "p2"})") +
+                        format_request("GET", "/v1/sessions/none-such");
+    auto c = connect();
+    BOOST_TEST_REQUIRE(c.write(batch), c.last_error());
+    std::vector<http_response> answers;
+    for (int i = 0; i < 5; ++i) {
+        auto r = c.read_response();
+        BOOST_TEST_REQUIRE(r.has_value(), "response " << i << ": " << c.last_error());
+        answers.push_back(std::move(*r));
+    }
+    std::vector<unsigned> statuses;
+    for (const auto& r : answers)
+        statuses.push_back(r.status);
+    BOOST_TEST((statuses == std::vector<unsigned>{200, 202, 404, 202, 404}));
+    check_error(answers[2], 404, "not_found");
+    check_error(answers[4], 404, "not_found");
+    wait_for_turn(turn_id_of(answers[1]), {"completed"});
+    wait_for_turn(turn_id_of(answers[3]), {"completed"});
+    BOOST_TEST((user_texts(*this, "pipe") == std::vector<std::string>{"p1", "p2"}));
+}
+
+BOOST_FIXTURE_TEST_CASE(body_over_the_limit_with_content_length_is_413, daemon_fixture) {
+    // The client waits for an answer before sending the body, as with Expect: 100-continue.
+    auto c = connect();
+    const header_list too_long{{"Content-Length", std::to_string(max_body_bytes + 1)}};
+    BOOST_TEST_REQUIRE(c.write(format_request("POST", "/v1/sessions/big/messages", {}, too_long)));
+    auto r = c.read_response();
+    BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+    check_error(*r, 413, "payload_too_large");
+    BOOST_TEST(c.read_until_close().closed);
+
+    // Exactly the limit is fine.
+    std::string body = R"({"text": ")";
+    body.append(max_body_bytes - body.size() - 2, 'a').append("\"}");
+    BOOST_TEST_REQUIRE(body.size() == max_body_bytes);
+    auto ok = request("POST", "/v1/sessions/big/messages", body);
+    BOOST_TEST(ok.status == 202u, ok.body);
+}
+
+BOOST_FIXTURE_TEST_CASE(chunked_body_over_the_limit_is_413, daemon_fixture) {
+    auto small = connect();
+    BOOST_TEST_REQUIRE(
+        small.write(chunked_head + chunk(R"({"text": )") + chunk(R"("chunked"})") + "0\r\n\r\n"));
+    auto accepted = small.read_response();
+    BOOST_TEST_REQUIRE(accepted.has_value(), small.last_error());
+    BOOST_TEST(accepted->status == 202u, accepted->body);
+    BOOST_TEST(string_at(wait_for_turn(turn_id_of(*accepted)), "reply") == "echo: chunked");
+
+    // Sixteen chunks reach the limit exactly; the next chunk's header alone crosses it, so the
+    // daemon has read every byte sent when it answers.
+    auto c = connect();
+    BOOST_TEST_REQUIRE(c.write(chunked_head), c.last_error());
+    const std::string piece = chunk(std::string(max_body_bytes / 16, 'a'));
+    for (int i = 0; i < 16; ++i)
+        BOOST_TEST_REQUIRE(c.write(piece), "chunk " << i << ": " << c.last_error());
+    BOOST_TEST_REQUIRE(c.write("1\r\n"), c.last_error());
+    auto r = c.read_response();
+    BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+    check_error(*r, 413, "payload_too_large");
+    BOOST_TEST(c.read_until_close().closed);
+}
+
+BOOST_FIXTURE_TEST_CASE(partial_header_times_out_with_408, short_timeouts_fixture) {
+    auto c = connect();
+    auto t0 = steady::now();
+    BOOST_TEST_REQUIRE(c.write("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"));
+    auto r = c.read_response();
+    long long waited = ms_since(t0);
+    BOOST_TEST(r.has_value(), "no 408 answer before the close: " << c.last_error());
+    if (r) check_error(*r, 408, "request_timeout");
+    BOOST_TEST(waited >= 250);
+    BOOST_TEST(waited < 5000);
+    auto rest = c.read_until_close();
+    BOOST_TEST(rest.closed, c.last_error());
+    BOOST_TEST(rest.bytes.empty());
+    BOOST_TEST(ms_since(t0) < 5000);
+}
+
+BOOST_FIXTURE_TEST_CASE(idle_connection_is_closed_without_an_answer, short_timeouts_fixture) {
+    auto c = connect();
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
+    auto t0 = steady::now();
+    auto rest = c.read_until_close();
+    BOOST_TEST(rest.closed, c.last_error());
+    BOOST_TEST(rest.bytes.empty(), rest.bytes);
+    BOOST_TEST(ms_since(t0) >= 400);
+    BOOST_TEST(ms_since(t0) < 5000);
+}
+
+BOOST_FIXTURE_TEST_CASE(malformed_request_is_400_then_closed, daemon_fixture) {
+    const std::vector<std::string> requests{
+        "this is not http\r\n\r\n",
+        "GET /healthz\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nno colon in this header\r\n\r\n",
+        "POST /v1/sessions/s1/messages HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    };
+    for (std::size_t i = 0; i < requests.size(); ++i)
+        BOOST_TEST_CONTEXT("request " << i) {
+            auto c = connect();
+            BOOST_TEST_REQUIRE(c.write(requests[i]), c.last_error());
+            auto r = c.read_response();
+            BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+            check_error(*r, 400, "invalid_request");
+            BOOST_TEST(c.read_until_close().closed, c.last_error());
+        }
+}
+
+BOOST_FIXTURE_TEST_CASE(bad_input_costs_no_health_and_no_data, daemon_fixture) {
+    std::string tid = turn_id_of(post_message("survivor", "keep me"));
+    auto before = wait_for_turn(tid, {"completed"});
+
+    const std::string post = "/v1/sessions/survivor/messages";
+    struct abuse {
+        std::string bytes;
+        unsigned status; // 0: the client hangs up without waiting for an answer
+        std::string code;
+    };
+    const std::vector<abuse> cases{
+        {"this is not http\r\n\r\n", 400, "invalid_request"},
+        {"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 400, "invalid_request"},
+        {std::string("\0\0\0\0\r\n\r\n", 8), 400, "invalid_request"},
+        {"GET /healthz HTTP/1.1\r\nX-Big: " + std::string(20000, 'x') + "\r\n\r\n", 431,
+         "invalid_request"},
+        {"POST " + post + " HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413, "payload_too_large"},
+        {"GET /v1/turns/" + std::string(10000, 'x') + " HTTP/1.1\r\n\r\n", 404, "not_found"},
+        {format_request("POST", post, "{\"text\": \"\xff\"}"), 400, "invalid_json"},
+        {format_request("POST", post, std::string(10000, '[')), 400, "invalid_json"},
+        {format_request("POST", post, R"({"text": 1})"), 400, "invalid_request"},
+        {format_request("POST", post, R"({"text": "x"})", {{"Content-Type", "text/plain"}}), 415,
+         "unsupported_media_type"},
+        {"POST " + post + " HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"text\":", 0, ""},
+        {"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n", 0, ""},
+        {"", 0, ""},
+    };
+    for (std::size_t i = 0; i < cases.size(); ++i)
+        BOOST_TEST_CONTEXT("case " << i) {
+            auto c = connect();
+            BOOST_TEST_REQUIRE(c.write(cases[i].bytes), c.last_error());
+            if (cases[i].status == 0) continue;
+            auto r = c.read_response();
+            BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+            check_error(*r, cases[i].status, cases[i].code);
+        }
+
+    BOOST_TEST(request("GET", "/healthz").status == 200u);
+    BOOST_TEST(request("GET", "/readyz").status == 200u);
+    auto after = request("GET", "/v1/turns/" + tid);
+    BOOST_TEST(after.status == 200u, after.body);
+    BOOST_TEST(json::serialize(body_object(after)) == json::serialize(before));
+    BOOST_TEST(int_at(body_object(request("GET", "/v1/sessions/survivor")), "turns") == 1);
+    BOOST_TEST((user_texts(*this, "survivor") == std::vector<std::string>{"keep me"}));
+    auto next = post_message("survivor", "still here");
+    BOOST_TEST_REQUIRE(next.status == 202u, next.body);
+    BOOST_TEST(string_at(wait_for_turn(turn_id_of(next)), "reply") == "echo: still here");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(http_daemon)
 

@@ -42,7 +42,9 @@ BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
 
 BOOST_AUTO_TEST_CASE(message_bodies) {
     accept_request r;
-    BOOST_TEST(!parse_message_body(R"({"text":"hi","agent":"a","metadata":{"k":1},"deliver":{"channel":"webhook","to":"crm"}})", r));
+    BOOST_TEST(!parse_message_body(
+        R"({"text":"hi","agent":"a","metadata":{"k":1},"deliver":{"channel":"webhook","to":"crm"}})",
+        r));
     BOOST_TEST(r.text == "hi");
     BOOST_TEST(r.agent == "a");
     BOOST_TEST(r.metadata.at("k").as_int64() == 1);

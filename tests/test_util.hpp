@@ -37,13 +37,15 @@ T run_bounded(asio::io_context& ctx, asio::awaitable<T> a, std::chrono::millisec
     });
     auto deadline = std::chrono::steady_clock::now() + limit;
     ctx.restart();
-    while (!done && std::chrono::steady_clock::now() < deadline) ctx.run_one_for(10ms);
+    while (!done && std::chrono::steady_clock::now() < deadline)
+        ctx.run_one_for(10ms);
     BOOST_REQUIRE_MESSAGE(done, "operation did not finish within its bound");
     if (error) std::rethrow_exception(error);
     return std::move(*out);
 }
 
-inline void run_bounded(asio::io_context& ctx, asio::awaitable<void> a, std::chrono::milliseconds limit = 10s) {
+inline void run_bounded(asio::io_context& ctx, asio::awaitable<void> a,
+                        std::chrono::milliseconds limit = 10s) {
     auto wrap = [](asio::awaitable<void> inner) -> asio::awaitable<int> {
         co_await std::move(inner);
         co_return 0;

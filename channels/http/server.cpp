@@ -53,6 +53,45 @@ std::optional<http::reply> read_failure_reply(const boost::system::error_code& e
         return http::error_reply(errc::invalid_request, "malformed HTTP request: " + ec.message());
     return std::nullopt;
 }
+// A read deadline that cancels the socket instead of closing it (as tcp_stream's own timeout
+// does), so that a 408 can still be written after a slow request.
+class read_deadline {
+public:
+    explicit read_deadline(tcp::socket& s)
+        : timer_(s.get_executor()), state_(std::make_shared<state>()) {
+        state_->socket = &s;
+    }
+    ~read_deadline() { state_->socket = nullptr; }
+
+    void arm(std::chrono::milliseconds d) {
+        auto st = state_;
+        auto generation = ++st->generation;
+        st->fired = false;
+        timer_.expires_after(d);
+        timer_.async_wait([st, generation](boost::system::error_code ec) {
+            // A stale expiry (the read finished meanwhile) must not cancel a later operation.
+            if (ec || !st->socket || st->generation != generation) return;
+            st->fired = true;
+            boost::system::error_code ignored;
+            st->socket->cancel(ignored);
+        });
+    }
+    // True when the deadline passed before disarm.
+    bool disarm() {
+        ++state_->generation;
+        timer_.cancel();
+        return std::exchange(state_->fired, false);
+    }
+
+private:
+    struct state {
+        tcp::socket* socket = nullptr;
+        std::uint64_t generation = 0;
+        bool fired = false;
+    };
+    asio::steady_timer timer_;
+    std::shared_ptr<state> state_;
+};
 } // namespace
 
 struct http_server::impl : std::enable_shared_from_this<impl> {
@@ -91,6 +130,7 @@ asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsign
 asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::socket socket) {
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
+    read_deadline deadline(stream.socket());
     const auto& opts = self->opts;
     for (;;) {
         if (buffer.size() == 0) {
@@ -103,8 +143,10 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         bhttp::request_parser<bhttp::string_body> parser;
         parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
         parser.body_limit(opts.max_body_bytes);
-        stream.expires_after(opts.header_timeout);
+        stream.expires_never();
+        deadline.arm(opts.header_timeout);
         auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+        if (deadline.disarm()) hec = beast::error::timeout;
         if (!hec && !parser.is_done()) {
             auto expect = parser.get()[bhttp::field::expect];
             if (iequals(expect, "100-continue")) {
@@ -112,9 +154,9 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
                                                         parser.get().version()};
                 co_await bhttp::async_write(stream, cont, use_tuple);
             }
-            stream.expires_after(opts.body_timeout);
+            deadline.arm(opts.body_timeout);
             auto [bec, bn] = co_await bhttp::async_read(stream, buffer, parser, use_tuple);
-            hec = bec;
+            hec = deadline.disarm() ? beast::error::timeout : bec;
         }
         if (hec) {
             if (auto r = read_failure_reply(hec, true))

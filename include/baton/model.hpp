@@ -1,39 +1,54 @@
-// The model-client interface the agent loop calls. `echo` is the offline model; issue 3 adds the
-// OpenAI-compatible client behind the same interface.
+// The model-client interface the agent loop calls. `echo` is the offline model; the
+// OpenAI-compatible client (chat completions, streaming, tool calls) implements the same interface.
 #pragma once
 
+#include <baton/chat_delta.hpp>
 #include <baton/types.hpp>
 
 #include <boost/asio/awaitable.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton {
 
+using tool_call = chat_completion::tool_call;
+
+// A function the model may call: name, description and a JSON schema of its arguments.
+struct tool_schema {
+    std::string name;
+    std::string description;
+    json::object parameters;
+};
+
 struct chat_message {
     std::string role; // system | user | assistant | tool
     std::string content;
+    std::vector<tool_call> tool_calls; // assistant messages that asked for tools
+    std::string tool_call_id;          // tool messages: the call they answer
 };
 
 struct model_request {
     std::string model;
     std::vector<chat_message> messages;
+    std::vector<tool_schema> tools;
     std::int64_t max_tokens = 0;
 };
 
-struct model_response {
-    std::string text;
-    std::string finish_reason = "stop";
-    baton::usage usage;
-};
+// Receives streamed text as it arrives (model.delta events).
+using delta_handler = std::function<void(std::string_view)>;
 
 class model_client {
 public:
     virtual ~model_client() = default;
-    // Cancellation: follows the awaiting coroutine's cancellation slot.
-    virtual boost::asio::awaitable<model_response> complete(const model_request& req) = 0;
+    // One model call (with the client's own retries). Failures after retries throw
+    // turn_error("model_error"); cancellation follows the awaiting coroutine's slot
+    // (operation_aborted).
+    virtual boost::asio::awaitable<chat_completion> complete(const model_request& req,
+                                                             const delta_handler& on_delta) = 0;
     virtual std::string name() const = 0;
 };
 

@@ -76,6 +76,7 @@ struct tape_entry {
 };
 json::object to_json(const tape_entry& e);
 
+tape_entry make_entry(tape_kind kind, json::object payload); // created now
 tape_entry make_message(std::string_view role, std::string_view text);
 tape_entry make_error_entry(std::string_view code, std::string_view message);
 tape_entry make_event_entry(std::string_view name, json::value data);

@@ -16,18 +16,23 @@ std::int64_t count_words(std::string_view s) {
 
 class echo_model final : public model_client {
 public:
-    boost::asio::awaitable<model_response> complete(const model_request& req) override {
+    boost::asio::awaitable<chat_completion> complete(const model_request& req,
+                                                     const delta_handler& on_delta) override {
         std::string_view last;
         std::int64_t prompt = 0;
         for (const auto& m : req.messages) {
             prompt += count_words(m.content);
             if (m.role == "user") last = m.content;
         }
-        model_response r;
+        chat_completion r;
+        r.model = "echo";
         r.text.reserve(6 + last.size());
         r.text.append("echo: ").append(last);
-        r.usage.prompt_tokens = prompt;
-        r.usage.completion_tokens = count_words(r.text);
+        r.finish_reason = "stop";
+        r.prompt_tokens = prompt;
+        r.completion_tokens = count_words(r.text);
+        r.has_usage = true;
+        if (on_delta) on_delta(r.text);
         co_return r;
     }
     std::string name() const override { return "echo"; }

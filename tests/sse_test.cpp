@@ -1,0 +1,513 @@
+// The streaming client's protocol logic without sockets: SSE framing at every chunk boundary, and
+// chat.completion.chunk assembly into the same chat_completion a non-streaming response gives.
+#include <baton/chat_delta.hpp>
+#include <baton/sse.hpp>
+
+#include <boost/json.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+// Qualified as baton::sse_parser below: the suite of the same name is a namespace.
+using namespace baton;
+using namespace std::string_literals;
+namespace json = boost::json;
+
+namespace {
+
+std::vector<sse_event> feed_all(baton::sse_parser& p, std::initializer_list<std::string_view> chunks) {
+    std::vector<sse_event> out;
+    for (auto c : chunks)
+        for (auto& e : p.feed(c))
+            out.push_back(std::move(e));
+    return out;
+}
+
+std::vector<std::string> datas(const std::vector<sse_event>& events) {
+    std::vector<std::string> out;
+    for (auto& e : events)
+        out.push_back(e.data);
+    return out;
+}
+
+using strings = std::vector<std::string>;
+
+// A hand-recorded gpt-4o stream with include_usage: role chunk, text with "é" (raw and escaped)
+// and an emoji, two tool calls whose fragments interleave and split mid-string, the finish
+// chunk, the usage chunk with empty choices, a heartbeat comment, then [DONE].
+std::string recorded_stream(std::string_view eol) {
+    const std::string head =
+        R"({"id":"chatcmpl-A1b2","object":"chat.completion.chunk","created":1718000000,)"
+        R"("model":"gpt-4o-2024-08-06","system_fingerprint":"fp_3aa7262c27","choices":[)";
+    const std::string tail = R"(],"usage":null})";
+    auto choice = [&](std::string delta, std::string finish = "null") {
+        return head + R"({"index":0,"delta":)" + delta + R"(,"logprobs":null,"finish_reason":)" +
+               finish + "}" + tail;
+    };
+    auto tool = [&](std::string fragments) { return choice(R"({"tool_calls":[)" + fragments + "]}"); };
+    strings lines = {
+        "data: " + choice(R"({"role":"assistant","content":"","refusal":null})"),
+        "data: " + choice(R"({"content":"Bonjour"})"),
+        "data: " + choice(R"({"content":" caf)"
+                          "\xC3\xA9"
+                          R"( \u00e9t\u00e9 "})"),
+        ": keep-alive",
+        "data: " + choice(R"({"content":"\ud83c\udf89 )"
+                          "\xF0\x9F\x8E\x89"
+                          R"("})"),
+        "data: " + tool(R"({"index":0,"id":"call_W1","type":"function",)"
+                        R"("function":{"name":"get_weather","arguments":""}})"),
+        "data: " + tool(R"({"index":0,"function":{"arguments":"{\"city\": \"Par"}})"),
+        "data: " + tool(R"({"index":1,"id":"call_T2","type":"function",)"
+                        R"("function":{"name":"get_time","arguments":"{\"tz\""}})"),
+        "data: " + tool(R"({"index":0,"function":{"arguments":"is \u00cele\"}"}})"),
+        "data: " + tool(R"({"index":1,"id":"call_T2","function":{"arguments":": \"Europe/Paris\"}"}})"),
+        "data: " + choice("{}", R"("tool_calls")"),
+        "data: " + head + R"(],"usage":{"prompt_tokens":82,"completion_tokens":41,"total_tokens":123}})",
+        "data: [DONE]",
+    };
+    std::string s;
+    for (auto& l : lines)
+        s += l + std::string(eol) + (l.starts_with(':') ? "" : std::string(eol));
+    return s;
+}
+
+struct stream_outcome {
+    chat_completion completion;
+    strings deltas;
+    std::size_t comments = 0;
+    bool done = false;
+    std::string error;
+    bool operator==(const stream_outcome&) const = default;
+};
+
+// What the streaming client will do: SSE events -> [DONE] check -> JSON -> assembler.
+struct stream_driver {
+    baton::sse_parser parser;
+    chat_stream_assembler assembler;
+    stream_outcome out;
+
+    void feed(std::string_view bytes) {
+        for (auto& ev : parser.feed(bytes)) {
+            if (out.done) out.error = "event after [DONE]";
+            if (ev.data == "[DONE]") {
+                out.done = true;
+                continue;
+            }
+            boost::system::error_code ec;
+            auto v = json::parse(ev.data, ec);
+            if (ec || !v.is_object()) {
+                out.error = "bad JSON: " + ev.data;
+                continue;
+            }
+            std::string err;
+            auto delta = assembler.add(v.as_object(), err);
+            if (!err.empty()) out.error = err;
+            if (!delta.empty()) out.deltas.push_back(delta);
+        }
+    }
+    stream_outcome finish() {
+        out.completion = assembler.result();
+        out.comments = parser.comments();
+        BOOST_TEST(!parser.has_partial());
+        return out;
+    }
+};
+
+stream_outcome run_split(std::string_view s, std::vector<std::size_t> cuts) {
+    stream_driver d;
+    std::size_t from = 0;
+    for (auto c : cuts) {
+        d.feed(s.substr(from, c - from));
+        from = c;
+    }
+    d.feed(s.substr(from));
+    return d.finish();
+}
+
+json::object parse_object(std::string_view s) {
+    return json::parse(s).as_object();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(sse_parser)
+
+BOOST_AUTO_TEST_CASE(recorded_stream_assembles_identically_at_every_split) {
+    for (std::string_view eol : {"\n", "\r\n", "\r"}) {
+        BOOST_TEST_CONTEXT("eol " << (eol == "\n" ? "LF" : eol == "\r" ? "CR" : "CRLF")) {
+            auto s = recorded_stream(eol);
+            auto ref = run_split(s, {});
+            BOOST_TEST(ref.error == "");
+            BOOST_TEST(ref.done);
+            BOOST_TEST(ref.comments == 1u);
+            const auto& c = ref.completion;
+            BOOST_TEST(c.id == "chatcmpl-A1b2");
+            BOOST_TEST(c.model == "gpt-4o-2024-08-06");
+            BOOST_TEST(c.text ==
+                       "Bonjour caf\xC3\xA9 \xC3\xA9t\xC3\xA9 \xF0\x9F\x8E\x89 \xF0\x9F\x8E\x89");
+            BOOST_TEST((ref.deltas == strings{"Bonjour", " caf\xC3\xA9 \xC3\xA9t\xC3\xA9 ",
+                                              "\xF0\x9F\x8E\x89 \xF0\x9F\x8E\x89"}));
+            BOOST_TEST(c.finish_reason == "tool_calls");
+            BOOST_TEST(c.has_usage);
+            BOOST_TEST(c.prompt_tokens == 82);
+            BOOST_TEST(c.completion_tokens == 41);
+            BOOST_TEST_REQUIRE(c.tool_calls.size() == 2u);
+            BOOST_TEST(c.tool_calls[0].id == "call_W1");
+            BOOST_TEST(c.tool_calls[0].name == "get_weather");
+            BOOST_TEST(c.tool_calls[0].arguments == "{\"city\": \"Paris \xC3\x8Ele\"}");
+            BOOST_TEST(c.tool_calls[1].id == "call_T2");
+            BOOST_TEST(c.tool_calls[1].name == "get_time");
+            BOOST_TEST(c.tool_calls[1].arguments == R"({"tz": "Europe/Paris"})");
+            BOOST_TEST(json::parse(c.tool_calls[0].arguments).at("city").as_string() ==
+                       "Paris \xC3\x8Ele");
+
+            // One boundary at every byte position, including inside "\r\n" and inside UTF-8.
+            std::size_t mismatches = 0;
+            for (std::size_t i = 0; i <= s.size(); ++i)
+                if (!(run_split(s, {i}) == ref) && ++mismatches == 1) BOOST_TEST_ERROR("split at " << i);
+            BOOST_TEST(mismatches == 0u);
+
+            std::vector<std::size_t> every_byte;
+            for (std::size_t i = 1; i < s.size(); ++i)
+                every_byte.push_back(i);
+            BOOST_TEST((run_split(s, every_byte) == ref));
+
+            std::mt19937 rng(42);
+            for (int round = 0; round < 200; ++round) {
+                std::vector<std::size_t> cuts;
+                for (std::size_t at = rng() % 17; at < s.size(); at += 1 + rng() % 17)
+                    cuts.push_back(at);
+                if (!(run_split(s, cuts) == ref)) BOOST_TEST_ERROR("random round " << round);
+            }
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(every_field_kind_survives_every_split) {
+    const std::string s =
+        "\xEF\xBB\xBF: hello\r\nretry: 1500\r\nevent: a\rid: 1\ndata: x\r\ndata:  y\r\n\r\n"
+        "data\n\nevent: b\r\ndata: caf\xC3\xA9\r\r: ping\n"
+        "data: \xF0\x9F\x8E\x89\r\ndata: 2\r\n\r\n";
+    auto run = [&](std::size_t step, std::size_t cut) {
+        baton::sse_parser p;
+        std::vector<sse_event> out;
+        auto take = [&](std::string_view c) {
+            for (auto& e : p.feed(c))
+                out.push_back(std::move(e));
+        };
+        if (step == 0) {
+            take(std::string_view(s).substr(0, cut));
+            take(std::string_view(s).substr(cut));
+        } else {
+            for (std::size_t i = 0; i < s.size(); i += step)
+                take(std::string_view(s).substr(i, step));
+        }
+        BOOST_TEST(p.comments() == 2u);
+        BOOST_TEST(!p.has_partial());
+        return out;
+    };
+    const std::vector<sse_event> expected = {
+        {"a", "x\n y", "1", 1500},
+        {"message", "", "1", std::nullopt},
+        {"b", "caf\xC3\xA9", "1", std::nullopt},
+        {"message", "\xF0\x9F\x8E\x89\n2", "1", std::nullopt},
+    };
+    for (std::size_t cut = 0; cut <= s.size(); ++cut)
+        BOOST_TEST_CONTEXT("split at " << cut) BOOST_TEST((run(0, cut) == expected));
+    for (std::size_t step : {1, 2, 3, 5})
+        BOOST_TEST_CONTEXT("chunks of " << step) BOOST_TEST((run(step, 0) == expected));
+}
+
+BOOST_AUTO_TEST_CASE(line_endings_mix_and_split_crlf) {
+    baton::sse_parser p;
+    auto ev = p.feed("data: a\r\ndata: b\rdata: c\n\n");
+    BOOST_TEST((datas(ev) == strings{"a\nb\nc"}));
+
+    // "\r" at the end of a chunk: the "\n" that follows belongs to it and is not a blank line.
+    BOOST_TEST(p.feed("data: x\r").empty());
+    BOOST_TEST(p.feed("\n").empty());
+    BOOST_TEST((datas(p.feed("\n")) == strings{"x"}));
+
+    // ...but "\r" then "\r" is two line ends, so the event is complete without waiting.
+    BOOST_TEST(p.feed("data: y\r").empty());
+    BOOST_TEST((datas(p.feed("\r")) == strings{"y"}));
+    BOOST_TEST((datas(p.feed("\ndata: z\n\n")) == strings{"z"}));
+    BOOST_TEST(!p.has_partial());
+}
+
+BOOST_AUTO_TEST_CASE(comments_are_counted_not_dispatched) {
+    baton::sse_parser p;
+    BOOST_TEST(p.feed(": ping\n\n:\n\n").empty());
+    BOOST_TEST(p.comments() == 2u);
+    auto ev = p.feed("data: a\n: inside an event\ndata: b\n\n");
+    BOOST_TEST((datas(ev) == strings{"a\nb"}));
+    BOOST_TEST(p.comments() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(field_parsing) {
+    baton::sse_parser p;
+    // One leading space is stripped, not two; no space is fine; no colon means an empty value.
+    auto ev = p.feed("data:  two\n\ndata:x\n\ndata\n\ndata: a\ndata:\ndata: b\n\ndata: k: v\n\n");
+    BOOST_TEST((datas(ev) == strings{" two", "x", "", "a\n\nb", "k: v"}));
+    // Unknown fields are ignored; a field name is case-sensitive.
+    ev = p.feed("foo: bar\nData: no\ndata: yes\n\n");
+    BOOST_TEST((datas(ev) == strings{"yes"}));
+}
+
+BOOST_AUTO_TEST_CASE(event_type_and_blocks_without_data) {
+    baton::sse_parser p;
+    auto ev = p.feed("event: ping\ndata: 1\n\ndata: 2\n\n");
+    BOOST_TEST_REQUIRE(ev.size() == 2u);
+    BOOST_TEST(ev[0].event == "ping");
+    BOOST_TEST(ev[1].event == "message");
+    // A block with no data is not dispatched, and its event type does not leak into the next.
+    ev = p.feed("event: lost\n\ndata: 3\n\n");
+    BOOST_TEST_REQUIRE(ev.size() == 1u);
+    BOOST_TEST(ev[0].event == "message");
+    BOOST_TEST(ev[0].data == "3");
+}
+
+BOOST_AUTO_TEST_CASE(id_and_retry) {
+    baton::sse_parser p;
+    auto ev = p.feed("id: 7\nretry: 3000\ndata: a\n\ndata: b\n\n");
+    BOOST_TEST_REQUIRE(ev.size() == 2u);
+    BOOST_TEST(ev[0].id == "7");
+    BOOST_TEST((ev[0].retry == std::optional<std::int64_t>(3000)));
+    BOOST_TEST(ev[1].id == "7"); // the last event ID persists
+    BOOST_TEST(!ev[1].retry.has_value());
+
+    // Invalid retry values are ignored; a block without data still updates retry() and the ID.
+    ev = p.feed(
+        "retry: 12a\nretry: -5\nretry:\nretry: 99999999999999999999\ndata: c\n\nretry: 250\nid: 9\n\n");
+    BOOST_TEST_REQUIRE(ev.size() == 1u);
+    BOOST_TEST(!ev[0].retry.has_value());
+    BOOST_TEST((p.retry() == std::optional<std::int64_t>(250)));
+    BOOST_TEST(p.last_event_id() == "9");
+
+    // An ID containing NUL is ignored; an empty one resets.
+    ev = p.feed("id: a\0b\ndata: d\n\nid\ndata: e\n\n"s);
+    BOOST_TEST_REQUIRE(ev.size() == 2u);
+    BOOST_TEST(ev[0].id == "9");
+    BOOST_TEST(ev[1].id == "");
+}
+
+BOOST_AUTO_TEST_CASE(leading_bom_dropped_once_even_split) {
+    baton::sse_parser p;
+    auto ev = feed_all(p, {"\xEF", "\xBB",
+                           "\xBF"
+                           "data: a\n\n\xEF\xBB\xBF"
+                           "data: b\n\ndata: c\n\n"});
+    // Only the stream's first BOM is dropped: later it is part of the field name "\uFEFFdata".
+    BOOST_TEST((datas(ev) == strings{"a", "c"}));
+
+    // A partial BOM is kept: here it makes the first field name unknown.
+    baton::sse_parser q;
+    ev = feed_all(q, {"\xEF\xBB", "data: y\n\ndata: z\n\n"});
+    BOOST_TEST((datas(ev) == strings{"z"}));
+}
+
+BOOST_AUTO_TEST_CASE(unfinished_event_is_partial_not_dispatched) {
+    baton::sse_parser p;
+    BOOST_TEST(!p.has_partial());
+    BOOST_TEST(p.feed("data: a\n").empty());
+    BOOST_TEST(p.has_partial());
+    BOOST_TEST(p.feed("\n").size() == 1u);
+    BOOST_TEST(!p.has_partial());
+    BOOST_TEST(p.feed("data: half").empty());
+    BOOST_TEST(p.has_partial());
+}
+
+BOOST_AUTO_TEST_CASE(size_limit) {
+    // A line of exactly the limit is accepted.
+    baton::sse_parser ok(16);
+    BOOST_TEST((datas(ok.feed("data: 0123456789\n\n")) == strings{"0123456789"}));
+    BOOST_TEST(!ok.failed());
+
+    // A line that never ends fails once it passes the limit, however it is chunked.
+    baton::sse_parser p(16);
+    BOOST_TEST(p.feed("data: 01234").empty());
+    BOOST_TEST(!p.failed());
+    BOOST_TEST(p.feed("56789AB").empty());
+    BOOST_TEST(p.failed());
+    BOOST_TEST(p.error() == "sse line exceeds 16 bytes");
+    BOOST_TEST(p.feed("\n\ndata: x\n\n").empty()); // failure is final
+
+    // Short lines that add up to a too-large event fail too; events completed first still return.
+    baton::sse_parser q(16);
+    auto ev = q.feed("data: first\n\ndata: 0123456789\ndata: 0123456789\n\ndata: never\n\n");
+    BOOST_TEST((datas(ev) == strings{"first"}));
+    BOOST_TEST(q.error() == "sse event exceeds 16 bytes");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(chat_delta)
+
+BOOST_AUTO_TEST_CASE(malformed_chunks_reported_without_throwing_and_change_nothing) {
+    chat_stream_assembler a;
+    std::string err;
+    a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"ok","tool_calls":[)"
+                       R"({"index":0,"id":"call_1","function":{"name":"f","arguments":"{"}}]}}]})"),
+          err);
+    BOOST_TEST(err == "");
+    const auto before = a.result();
+
+    struct bad_case {
+        const char* chunk;
+        const char* error;
+    };
+    const bad_case cases[] = {
+        {R"({"choices":{}})", "choices: expected array"},
+        {R"({"choices":[7]})", "choices[0]: expected object"},
+        {R"({"choices":[{"index":"0","delta":{}}]})", "choices[0].index: expected integer"},
+        {R"({"choices":[{"index":0,"delta":"x"}]})", "choices[0].delta: expected object"},
+        {R"({"choices":[{"index":0,"delta":{"content":42}}]})",
+         "choices[0].delta.content: expected string"},
+        {R"({"choices":[{"index":0,"delta":{},"finish_reason":1}]})",
+         "choices[0].finish_reason: expected string"},
+        {R"({"choices":[{"index":0,"delta":{"tool_calls":{}}}]})",
+         "choices[0].delta.tool_calls: expected array"},
+        {R"({"choices":[{"index":0,"delta":{"content":"lost","tool_calls":[{"function":{}}]}}]})",
+         "choices[0].delta.tool_calls[0].index: expected integer >= 0"},
+        {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":-1}]}}]})",
+         "choices[0].delta.tool_calls[0].index: expected integer >= 0"},
+        {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":[]}}]}}]})",
+         "choices[0].delta.tool_calls[0].function.arguments: expected string"},
+        {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_2"}]}}]})",
+         "tool call index 0: id changed mid-stream"},
+        {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"g"}}]}}]})",
+         "tool call index 0: name changed mid-stream"},
+        {R"({"choices":[],"usage":{"prompt_tokens":"many"}})", "usage.prompt_tokens: expected integer"},
+        {R"({"model":5,"choices":[]})", "model: expected string"},
+        {R"({"error":{"message":"Rate limit reached","type":"requests"}})", "error: Rate limit reached"},
+    };
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.chunk) {
+            std::string delta;
+            BOOST_CHECK_NO_THROW(delta = a.add(parse_object(c.chunk), err));
+            BOOST_TEST(err == c.error);
+            BOOST_TEST(delta == "");
+            BOOST_TEST((a.result() == before));
+        }
+    }
+    // A good chunk after a bad one clears the error and carries on.
+    BOOST_TEST(a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"!"}}]})"), err) == "!");
+    BOOST_TEST(err == "");
+    BOOST_TEST(a.result().text == "ok!");
+}
+
+BOOST_AUTO_TEST_CASE(out_of_order_indices_and_other_choices) {
+    chat_stream_assembler a;
+    std::string err;
+    auto add = [&](std::string_view s) {
+        auto d = a.add(parse_object(s), err);
+        BOOST_TEST(err == "");
+        return d;
+    };
+    // Index 2 before index 0, and both in one chunk; repeated id and name are harmless.
+    add(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"c2","function":{"name":"b"}},)"
+        R"({"index":0,"id":"c0","function":{"name":"a","arguments":"[1"}},)"
+        R"({"index":0,"id":"c0","function":{"name":"a","arguments":",2]"}}]}}]})");
+    // A second choice (n > 1) is not mixed into the first.
+    BOOST_TEST(add(R"({"choices":[{"index":1,"delta":{"content":"other"}}]})") == "");
+    // Nulls are "not sent"; a choice without "index" counts as choice 0.
+    BOOST_TEST(add(R"({"id":null,"usage":null,"choices":[{"delta":{"content":"mine","tool_calls":null},)"
+                   R"("finish_reason":null}]})") == "mine");
+    auto c = a.take();
+    BOOST_TEST(c.text == "mine");
+    BOOST_TEST(c.finish_reason == "");
+    BOOST_TEST(!c.has_usage);
+    BOOST_TEST_REQUIRE(c.tool_calls.size() == 2u);
+    BOOST_TEST((c.tool_calls[0] == chat_completion::tool_call{"c0", "a", "[1,2]"}));
+    BOOST_TEST((c.tool_calls[1] == chat_completion::tool_call{"c2", "b", ""}));
+    BOOST_TEST((a.result() == chat_completion{}));
+}
+
+BOOST_AUTO_TEST_CASE(non_streaming_with_text) {
+    std::string err;
+    auto c =
+        parse_chat_completion(parse_object(R"({"id":"chatcmpl-9","object":"chat.completion",)"
+                                           R"("model":"gpt-4o-mini","choices":[{"index":0,)"
+                                           R"("message":{"role":"assistant","content":"Salut \u00e9",)"
+                                           R"("refusal":null},"logprobs":null,"finish_reason":"stop"}],)"
+                                           R"("usage":{"prompt_tokens":9,"completion_tokens":3,)"
+                                           R"("total_tokens":12}})"),
+                              err);
+    BOOST_TEST(err == "");
+    BOOST_TEST(c.id == "chatcmpl-9");
+    BOOST_TEST(c.model == "gpt-4o-mini");
+    BOOST_TEST(c.text == "Salut \xC3\xA9");
+    BOOST_TEST(c.finish_reason == "stop");
+    BOOST_TEST(c.tool_calls.empty());
+    BOOST_TEST(c.has_usage);
+    BOOST_TEST(c.prompt_tokens == 9);
+    BOOST_TEST(c.completion_tokens == 3);
+}
+
+BOOST_AUTO_TEST_CASE(non_streaming_null_content_with_tool_calls_matches_stream) {
+    std::string err;
+    auto c = parse_chat_completion(
+        parse_object(
+            R"({"id":"chatcmpl-A1b2","model":"gpt-4o-2024-08-06","choices":[{"index":0,)"
+            R"("message":{"role":"assistant","content":null,"tool_calls":[)"
+            R"({"id":"call_W1","type":"function","function":{"name":"get_weather",)"
+            R"("arguments":"{\"city\": \"Paris\"}"}},)"
+            R"({"id":"call_T2","type":"function","function":{"name":"get_time","arguments":"{}"}}]},)"
+            R"("finish_reason":"tool_calls"}]})"),
+        err);
+    BOOST_TEST(err == "");
+    BOOST_TEST(c.text == "");
+    BOOST_TEST(!c.has_usage);
+
+    // The same answer streamed assembles to the same struct.
+    chat_stream_assembler a;
+    for (auto s :
+         {R"({"id":"chatcmpl-A1b2","model":"gpt-4o-2024-08-06","choices":[{"index":0,"delta":)"
+          R"({"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_W1",)"
+          R"("type":"function","function":{"name":"get_weather","arguments":"{\"city\": "}}]}}]})",
+          R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_T2",)"
+          R"("type":"function","function":{"name":"get_time","arguments":"{}"}}]}}]})",
+          R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":)"
+          R"({"arguments":"\"Paris\"}"}}]},"finish_reason":"tool_calls"}]})"}) {
+        a.add(parse_object(s), err);
+        BOOST_TEST(err == "");
+    }
+    BOOST_TEST((a.result() == c));
+}
+
+BOOST_AUTO_TEST_CASE(non_streaming_malformed) {
+    struct bad_case {
+        const char* body;
+        const char* error;
+    };
+    const bad_case cases[] = {
+        {R"({"id":"x"})", "choices: no choice with index 0"},
+        {R"({"choices":[]})", "choices: no choice with index 0"},
+        {R"({"choices":[{"index":0}]})", "choices[0].message: missing"},
+        {R"({"choices":[{"index":0,"message":{"content":["a"]}}]})",
+         "choices[0].message.content: expected string"},
+        {R"({"choices":[{"index":0,"message":{"tool_calls":[1]}}]})",
+         "choices[0].message.tool_calls[0]: expected object"},
+        {R"({"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","function":{"name":3}}]}}]})",
+         "choices[0].message.tool_calls[0].function.name: expected string"},
+        {R"({"choices":[{"index":0,"message":{}}],"usage":{"completion_tokens":1.5}})",
+         "usage.completion_tokens: expected integer"},
+        {R"({"error":{"message":"Invalid API key","code":"invalid_api_key"}})",
+         "error: Invalid API key"},
+        {R"({"error":"boom"})", "error: \"boom\""},
+    };
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.body) {
+            std::string err;
+            chat_completion got;
+            BOOST_CHECK_NO_THROW(got = parse_chat_completion(parse_object(c.body), err));
+            BOOST_TEST(err == c.error);
+            BOOST_TEST((got == chat_completion{}));
+        }
+    }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
