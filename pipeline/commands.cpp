@@ -28,7 +28,8 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
 
     if (word == "/help")
         return std::string("commands: /help (this list), /model (the agent's model), "
-                           "/handoff [name] (start a new context anchor), /reset (forget the context)");
+                           "/handoff [name] (start a new context anchor), /reset (forget the context), "
+                           "/stop (stop the running turn)");
     if (word == "/model") {
         const auto& m = ctx.agent->config.model;
         return "agent " + ctx.agent->config.name + " uses " + m.provider + ":" + m.model;
@@ -38,6 +39,8 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
         anchors.push_back(make_anchor(name));
         return "handed off to a new anchor: " + name;
     }
+    if (word == "/stop")
+        return std::string("stop requested: the turn this session was running, if any, ends stopped");
     if (word == "/reset") {
         anchors.push_back(make_anchor("reset"));
         return std::string("context reset; the tape keeps the history");

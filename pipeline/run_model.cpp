@@ -1,18 +1,26 @@
+// The agent loop: call the model, run the tools it asks for, feed back the observations and
+// repeat, until it answers in text or the step limiter stops it. Time limits and cancellation
+// reach it through the awaiting coroutine's cancellation slot (see runtime.cpp).
 #include "pipeline/stages.hpp"
 
 #include <boost/system/system_error.hpp>
 
 namespace baton::pipeline {
 
-asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p) {
-    const auto& cfg = ctx.agent->config;
-    model_request req;
-    req.model = cfg.model.model;
-    req.messages = p.messages;
-    req.max_tokens = cfg.model.max_output_tokens;
-    chat_completion resp;
+namespace {
+// Cuts at a UTF-8 character boundary at or below `max` bytes.
+std::string clip_utf8(std::string s, std::size_t max) {
+    if (s.size() <= max) return s;
+    std::size_t end = max;
+    while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80)
+        --end;
+    s.resize(end);
+    return s;
+}
+
+asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_request& req) {
     try {
-        resp = co_await ctx.agent->model->complete(req, {});
+        co_return co_await ctx.agent->model->complete(req, {});
     } catch (const turn_error&) {
         throw;
     } catch (const boost::system::system_error& e) {
@@ -21,11 +29,62 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const 
     } catch (const std::exception& e) {
         throw turn_error("model_error", e.what());
     }
+}
+} // namespace
+
+asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p) {
+    const auto& cfg = ctx.agent->config;
+    auto& progress = ctx.progress();
+    model_request req;
+    req.model = cfg.model.model;
+    req.messages = p.messages;
+    req.max_tokens = cfg.model.max_output_tokens;
+    req.tools = ctx.framework->tools().schemas(cfg.tools);
+
     model_output out;
-    out.reply = std::move(resp.text);
-    out.steps = 1;
-    out.usage = {resp.prompt_tokens, resp.completion_tokens};
-    ctx.new_entries.push_back(make_message("assistant", out.reply));
+    for (std::int64_t step = 1;; ++step) {
+        if (step > cfg.limits.max_steps) {
+            out.status = turn_status::step_limit;
+            ctx.new_entries.push_back(
+                make_event_entry("step_limit", json::object{{"max_steps", cfg.limits.max_steps}}));
+            break;
+        }
+        model_request call = req;
+        co_await ctx.framework->before_model_call(ctx, call);
+        chat_completion c = co_await call_model(ctx, call);
+        out.steps = progress.steps = step;
+        out.usage.prompt_tokens += c.prompt_tokens;
+        out.usage.completion_tokens += c.completion_tokens;
+        progress.usage = out.usage;
+        co_await ctx.framework->after_model_call(ctx, c);
+
+        if (!c.text.empty() || c.tool_calls.empty()) {
+            out.reply =
+                clip_utf8(std::move(c.text), static_cast<std::size_t>(cfg.limits.max_reply_bytes));
+            progress.reply = out.reply;
+        }
+        if (c.tool_calls.empty()) {
+            ctx.new_entries.push_back(make_message("assistant", out.reply));
+            break;
+        }
+        // The model asked for tools: record the calls, run them, feed the observations back.
+        if (!out.reply.empty()) ctx.new_entries.push_back(make_message("assistant", out.reply));
+        chat_message asked{"assistant", out.reply, c.tool_calls, {}};
+        req.messages.push_back(std::move(asked));
+        for (const auto& call_item : c.tool_calls)
+            ctx.new_entries.push_back(
+                make_entry(tape_kind::tool_call, {{"call_id", call_item.id},
+                                                  {"name", call_item.name},
+                                                  {"arguments", call_item.arguments}}));
+        auto results = co_await run_tools(ctx, c.tool_calls);
+        for (std::size_t i = 0; i < results.size(); ++i) {
+            const auto& call_item = c.tool_calls[i];
+            ctx.new_entries.push_back(make_entry(
+                tape_kind::tool_result,
+                {{"call_id", call_item.id}, {"ok", results[i].ok}, {"output", results[i].output}}));
+            req.messages.push_back({"tool", results[i].output, {}, call_item.id});
+        }
+    }
     co_return out;
 }
 

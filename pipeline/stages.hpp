@@ -13,6 +13,9 @@ asio::awaitable<std::optional<std::string>> resolve_session(turn_context& ctx);
 asio::awaitable<std::optional<json::object>> load_state(store_runner& db, turn_context& ctx);
 asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx);
 asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p);
+// The tool calls of one step, results in call order (pipeline/run_tools.cpp).
+asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
+                                                    const std::vector<tool_call>& calls);
 asio::awaitable<void> save_state(store_runner& db, turn_context& ctx);
 asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
 asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);

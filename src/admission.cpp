@@ -94,12 +94,35 @@ std::optional<turn_slot> actor_registry::next_turn(session_actor& a, bool draini
     turn_slot next = std::move(*a.queue.front());
     a.queue.pop_front();
     a.busy = true;
+    a.running = next.record.turn_id;
     return next;
 }
 
 void actor_registry::turn_done(session_actor& a) {
     std::lock_guard lock(shards_[a.shard].mutex);
     a.busy = false;
+    a.running.clear();
+}
+
+bool actor_registry::remove_queued(const std::string& sid, const std::string& turn_id) {
+    auto& sh = shard_for(sid);
+    std::lock_guard lock(sh.mutex);
+    auto it = sh.actors.find(sid);
+    if (it == sh.actors.end()) return false;
+    auto& q = it->second->queue;
+    auto slot = std::find_if(q.begin(), q.end(),
+                             [&](const auto& s) { return s->ready && s->record.turn_id == turn_id; });
+    if (slot == q.end()) return false;
+    q.erase(slot);
+    evict_if_idle(sh, *it->second);
+    return true;
+}
+
+std::string actor_registry::running_turn(const std::string& sid) {
+    auto& sh = shard_for(sid);
+    std::lock_guard lock(sh.mutex);
+    auto it = sh.actors.find(sid);
+    return it == sh.actors.end() ? std::string() : it->second->running;
 }
 
 live_status actor_registry::status(const std::string& sid) {

@@ -36,6 +36,7 @@ struct session_actor {
     std::deque<std::shared_ptr<turn_slot>> queue;
     bool drainer = false; // a drain coroutine owns the session
     bool busy = false;    // a turn is running
+    std::string running;  // its turn id
 };
 
 struct reservation {
@@ -66,6 +67,11 @@ public:
     // The drainer's next turn; nullopt ends the drainer (and evicts the actor when it is idle).
     std::optional<turn_slot> next_turn(session_actor& a, bool draining);
     void turn_done(session_actor& a);
+
+    // Takes a queued (not yet running) turn out of its session's queue; false when it is not there.
+    bool remove_queued(const std::string& sid, const std::string& turn_id);
+    // The turn the session is running, or "".
+    std::string running_turn(const std::string& sid);
 
     live_status status(const std::string& sid);
     std::size_t live_sessions();

@@ -1,8 +1,10 @@
 #include "src/daemon.hpp"
 
 #include <baton/framework.hpp>
+#include <baton/http_client.hpp>
 #include <baton/http_server.hpp>
 #include <baton/log.hpp>
+#include <baton/openai_client.hpp>
 #include <baton/runtime.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -62,10 +64,12 @@ std::shared_ptr<store> open_store(const config& cfg) {
     return make_sqlite_store({cfg.storage.sqlite_path, cfg.storage.sqlite_synchronous});
 }
 
-std::shared_ptr<model_client> make_model(const agent_config& a) {
+std::shared_ptr<model_client> make_model(asio::any_io_executor ex, const agent_config& a,
+                                         const std::shared_ptr<http_client>& http) {
     if (a.model.provider == "echo") return make_echo_model();
-    throw std::runtime_error("agents." + a.name + ".model.provider: provider " + a.model.provider +
-                             " is not available in this build");
+    if (a.model.provider == "openai") return make_openai_model(ex, a.model, http);
+    throw std::runtime_error("agents." + a.name + ".model.provider: unknown provider " +
+                             a.model.provider);
 }
 
 std::string url_host(const tcp::endpoint& ep) {
@@ -121,12 +125,16 @@ int run_daemon(const serve_options& opts) {
     std::shared_ptr<store> st;
     std::unique_ptr<store_runner> db;
     std::unique_ptr<framework> fw;
+    std::shared_ptr<http_client> http;
     try {
         st = open_store(cfg);
         db = std::make_unique<store_runner>(st);
         fw = std::make_unique<framework>(*db);
+        http = std::make_shared<http_client>(ioc.get_executor());
         for (auto& [name, a] : cfg.agents)
-            fw->add_agent(agent{a, make_model(a)});
+            fw->add_agent(agent{a, make_model(ioc.get_executor(), a, http)});
+        for (auto& [name, t] : cfg.tools)
+            fw->tools().add(make_http_tool(name, t, http));
     } catch (const std::exception& e) {
         std::cerr << "baton: " << e.what() << "\n";
         return 1;

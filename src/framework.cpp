@@ -6,6 +6,32 @@ namespace baton {
 
 framework::framework(store_runner& db) : db_(db) {
     plugins_.push_back(make_default_plugin(db));
+    tools_.add(make_clock_tool());
+}
+
+asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
+        if (it->before_model_call) co_await it->before_model_call(ctx, req);
+}
+
+asio::awaitable<void> framework::after_model_call(turn_context& ctx, const chat_completion& c) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
+        if (it->after_model_call) co_await it->after_model_call(ctx, c);
+}
+
+asio::awaitable<tool_decision> framework::before_tool_call(turn_context& ctx, const tool_call& call) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
+        if (!it->before_tool_call) continue;
+        auto d = co_await it->before_tool_call(ctx, call);
+        if (d.action != tool_decision::kind::proceed) co_return d;
+    }
+    co_return tool_decision{};
+}
+
+asio::awaitable<void> framework::after_tool_call(turn_context& ctx, const tool_call& call,
+                                                 tool_result& r) {
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
+        if (it->after_tool_call) co_await it->after_tool_call(ctx, call, r);
 }
 
 void framework::register_plugin(plugin p) {
@@ -128,7 +154,9 @@ asio::awaitable<void> framework::dispatch_outbound(turn_context& ctx) {
 asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     turn_context ctx;
     if (in.turn_id.empty()) in.turn_id = make_turn_id();
+    if (!in.progress) in.progress = std::make_shared<turn_progress>();
     ctx.inbound = std::move(in);
+    ctx.framework = this;
     ctx.agent = find_agent(ctx.inbound.agent);
     if (!ctx.agent) {
         auto e = std::make_exception_ptr(
@@ -195,6 +223,7 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     r.reply = std::move(ctx.output.reply);
     r.steps = ctx.output.steps;
     r.usage = ctx.output.usage;
+    r.status = ctx.output.status;
     r.direct_command = ctx.direct_command;
     co_return r;
 }

@@ -3,17 +3,49 @@
 
 #include "src/admission.hpp"
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
 #include <mutex>
+#include <unordered_map>
 
 namespace baton {
 
 using detail::session_actor;
+
+namespace {
+bool is_stop_command(std::string_view text) {
+    while (!text.empty() && (text.front() == ' ' || text.front() == '\n'))
+        text.remove_prefix(1);
+    while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\r'))
+        text.remove_suffix(1);
+    return text == "/stop";
+}
+} // namespace
 using detail::turn_slot;
+
+namespace {
+// A turn in flight: its cancellation signal lives on the session's strand.
+struct running_turn {
+    explicit running_turn(asio::strand<asio::any_io_executor> s) : strand(std::move(s)) {}
+    enum class reason { none, cancelled, timed_out };
+    asio::strand<asio::any_io_executor> strand;
+    asio::cancellation_signal signal;
+    reason why = reason::none;
+
+    // On the strand only.
+    void stop(reason r) {
+        if (why != reason::none) return;
+        why = r;
+        signal.emit(asio::cancellation_type::terminal);
+    }
+};
+} // namespace
 
 struct runtime::impl {
     impl(asio::any_io_executor e, runtime& r) : ex(std::move(e)), rt(r), actors(ex) {}
@@ -21,12 +53,16 @@ struct runtime::impl {
     asio::any_io_executor ex;
     runtime& rt;
     detail::actor_registry actors;
+    std::mutex running_mutex;
+    std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
     std::vector<std::function<void(const turn_record&)>> observers;
 
     void kick(const std::shared_ptr<session_actor>& a);
     asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a);
-    asio::awaitable<void> run_turn(turn_record rec);
+    asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec);
+    asio::awaitable<void> store_final(turn_record rec);
+    bool signal_running(const std::string& turn_id);
 };
 
 runtime::runtime(asio::any_io_executor ex, framework& fw)
@@ -34,7 +70,9 @@ runtime::runtime(asio::any_io_executor ex, framework& fw)
 
 runtime::~runtime() = default;
 
-std::size_t runtime::live_sessions() const { return impl_->actors.live_sessions(); }
+std::size_t runtime::live_sessions() const {
+    return impl_->actors.live_sessions();
+}
 
 void runtime::on_turn_finished(std::function<void(const turn_record&)> f) {
     std::lock_guard lock(impl_->observers_mutex);
@@ -53,16 +91,31 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
     for (;;) {
         auto next = actors.next_turn(*a, rt.draining());
         if (!next) co_return;
-        co_await run_turn(std::move(next->record));
+        co_await run_turn(a, std::move(next->record));
         actors.turn_done(*a);
     }
 }
 
-asio::awaitable<void> runtime::impl::run_turn(turn_record rec) {
+asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec) {
     auto& db = rt.fw_.db();
     rt.running_.fetch_add(1);
     rec.status = turn_status::running;
     rec.started_at = now_ms();
+    auto entry = std::make_shared<running_turn>(a->strand);
+    {
+        std::lock_guard lock(running_mutex);
+        running[rec.turn_id] = entry;
+    }
+    // The turn deadline cancels the turn through its cancellation slot.
+    asio::steady_timer deadline(a->strand);
+    if (const agent* ag = rt.fw_.find_agent(rec.agent))
+        deadline.expires_after(ag->config.limits.turn_timeout);
+    else
+        deadline.expires_after(std::chrono::hours(24));
+    deadline.async_wait([entry](boost::system::error_code ec) {
+        if (!ec) entry->stop(running_turn::reason::timed_out);
+    });
+    auto progress = std::make_shared<turn_progress>();
     try {
         auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
         co_await db.run(std::move(mark));
@@ -76,8 +129,12 @@ asio::awaitable<void> runtime::impl::run_turn(turn_record rec) {
         in.text = rec.input.text;
         in.metadata = rec.input.metadata;
         in.deliver = rec.input.deliver;
-        auto result = co_await rt.fw_.process_inbound(std::move(in));
-        rec.status = turn_status::completed;
+        in.progress = progress;
+        auto turn = rt.fw_.process_inbound(std::move(in));
+        auto result = co_await asio::co_spawn(
+            a->strand, std::move(turn),
+            asio::bind_cancellation_slot(entry->signal.slot(), asio::use_awaitable));
+        rec.status = result.status;
         rec.reply = std::move(result.reply);
         rec.steps = result.steps;
         rec.usage = result.usage;
@@ -85,31 +142,75 @@ asio::awaitable<void> runtime::impl::run_turn(turn_record rec) {
         rec.status = turn_status::failed;
         rec.error = error_info{e.code(), e.what()};
     } catch (const boost::system::system_error& e) {
-        bool aborted = e.code() == asio::error::operation_aborted;
-        rec.status = aborted ? turn_status::stopped : turn_status::failed;
-        if (!aborted) rec.error = error_info{"internal_error", e.what()};
+        if (e.code() == asio::error::operation_aborted) {
+            rec.status = entry->why == running_turn::reason::timed_out ? turn_status::timed_out
+                                                                       : turn_status::stopped;
+        } else {
+            rec.status = turn_status::failed;
+            rec.error = error_info{"internal_error", e.what()};
+        }
     } catch (const std::exception& e) {
         rec.status = turn_status::failed;
         rec.error = error_info{"internal_error", e.what()};
     }
-    rec.finished_at = now_ms();
+    deadline.cancel();
+    {
+        std::lock_guard lock(running_mutex);
+        running.erase(rec.turn_id);
+    }
+    if (rec.status != turn_status::completed && rec.status != turn_status::step_limit) {
+        // What the turn produced before it ended is kept.
+        if (!progress->reply.empty()) rec.reply = progress->reply;
+        rec.steps = progress->steps;
+        rec.usage = progress->usage;
+    }
     if (rec.error)
         log::warn(
             "turn failed",
             {{"turn_id", rec.turn_id}, {"code", rec.error->code}, {"message", rec.error->message}});
+    co_await asio::this_coro::reset_cancellation_state();
+    co_await store_final(std::move(rec));
+    rt.running_.fetch_sub(1);
+}
+
+asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
+    rec.finished_at = now_ms();
     try {
-        co_await asio::this_coro::reset_cancellation_state();
         auto finish = [rec](store& s) { s.finish_turn(rec); };
-        co_await db.run(std::move(finish));
+        co_await rt.fw_.db().run(std::move(finish));
     } catch (const std::exception& e) {
         log::error("cannot store the end of a turn", {{"turn_id", rec.turn_id}, {"error", e.what()}});
     }
+    std::lock_guard lock(observers_mutex);
+    for (auto& f : observers)
+        f(rec);
+}
+
+bool runtime::impl::signal_running(const std::string& turn_id) {
+    std::shared_ptr<running_turn> entry;
     {
-        std::lock_guard lock(observers_mutex);
-        for (auto& f : observers)
-            f(rec);
+        std::lock_guard lock(running_mutex);
+        auto it = running.find(turn_id);
+        if (it == running.end()) return false;
+        entry = it->second;
     }
-    rt.running_.fetch_sub(1);
+    asio::post(entry->strand, [entry] { entry->stop(running_turn::reason::cancelled); });
+    return true;
+}
+
+asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id) {
+    if (impl_->signal_running(turn_id)) co_return std::nullopt;
+    auto get = [id = turn_id](store& s) { return s.get_turn(id); };
+    auto rec = co_await fw_.db().run(std::move(get));
+    if (!rec) co_return api_error{errc::not_found, "no such turn: " + turn_id};
+    if (rec->status == turn_status::queued && impl_->actors.remove_queued(rec->session_id, turn_id)) {
+        rec->status = turn_status::stopped;
+        co_await impl_->store_final(std::move(*rec));
+        co_return std::nullopt;
+    }
+    // It may have started meanwhile.
+    if (impl_->signal_running(turn_id)) co_return std::nullopt;
+    co_return api_error{errc::turn_not_running, "turn " + turn_id + " has already finished"};
 }
 
 asio::awaitable<accept_result> runtime::accept(accept_request req) {
@@ -128,6 +229,11 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     rec.input.metadata = std::move(req.metadata);
     rec.input.deliver = std::move(req.deliver);
 
+    // `/stop` acts at once on the running turn; the command itself then queues like any message.
+    if (is_stop_command(rec.input.text)) {
+        auto current = impl_->actors.running_turn(req.session_id);
+        if (!current.empty()) impl_->signal_running(current);
+    }
     // The slot is taken before the store write so that accept order is run order.
     auto reserved = impl_->actors.reserve(req.session_id, ag->config.admission, rec);
     if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);

@@ -148,6 +148,13 @@ asio::awaitable<reply> api::get_turn(const std::string& tid) {
     co_return json_reply(200, to_json(*rec));
 }
 
+asio::awaitable<reply> api::cancel_turn(const std::string& tid) {
+    if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    if (auto err = co_await rt_.cancel(tid)) co_return error_reply(err->code, err->message);
+    co_return json_reply(
+        202, json::object{{"turn_id", tid}, {"status", "stopping"}, {"links", turn_links(tid)}});
+}
+
 asio::awaitable<reply> api::get_session(const std::string& sid) {
     if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
     auto v = co_await rt_.get_session(sid);

@@ -45,6 +45,7 @@ public:
 private:
     asio::awaitable<reply> post_message(const request_view& req, const std::string& sid);
     asio::awaitable<reply> get_turn(const std::string& tid);
+    asio::awaitable<reply> cancel_turn(const std::string& tid);
     asio::awaitable<reply> get_session(const std::string& sid);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
 

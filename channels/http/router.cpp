@@ -20,6 +20,7 @@ const std::vector<pattern>& patterns() {
     static const std::vector<pattern> table{
         {"POST", {"v1", "sessions", "{sid}", "messages"}, route_id::post_message},
         {"GET", {"v1", "turns", "{tid}"}, route_id::get_turn},
+        {"POST", {"v1", "turns", "{tid}", "cancel"}, route_id::cancel_turn},
         {"GET", {"v1", "sessions", "{sid}"}, route_id::get_session},
         {"GET", {"v1", "sessions", "{sid}", "tape"}, route_id::get_tape},
         {"GET", {"healthz"}, route_id::healthz},

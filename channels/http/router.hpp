@@ -11,7 +11,16 @@
 
 namespace baton::http {
 
-enum class route_id { none, post_message, get_turn, get_session, get_tape, healthz, readyz };
+enum class route_id {
+    none,
+    post_message,
+    get_turn,
+    cancel_turn,
+    get_session,
+    get_tape,
+    healthz,
+    readyz
+};
 
 struct route_match {
     route_id id = route_id::none;

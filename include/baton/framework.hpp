@@ -8,6 +8,7 @@
 #include <baton/config.hpp>
 #include <baton/model.hpp>
 #include <baton/store_runner.hpp>
+#include <baton/tools.hpp>
 #include <baton/turn_state.hpp>
 #include <baton/types.hpp>
 
@@ -26,6 +27,14 @@ namespace baton {
 
 namespace asio = boost::asio;
 
+// What a turn has produced so far, shared with whoever runs it: when a turn is cancelled or
+// times out, its partial reply, steps and usage are still known.
+struct turn_progress {
+    std::string reply;
+    std::int64_t steps = 0;
+    baton::usage usage;
+};
+
 // One inbound message, from whichever channel.
 struct inbound {
     std::string turn_id; // assigned on accept; made by the framework when empty
@@ -37,6 +46,7 @@ struct inbound {
     std::string text;
     json::object metadata;
     json::value deliver;
+    std::shared_ptr<turn_progress> progress; // made by the framework when empty
 };
 
 // What build_prompt produces. A direct command sets `direct_reply` and the model is not run; the
@@ -50,6 +60,7 @@ struct model_output {
     std::string reply;
     std::int64_t steps = 0;
     baton::usage usage;
+    turn_status status = turn_status::completed; // or step_limit
 };
 
 struct outbound {
@@ -75,6 +86,8 @@ struct agent {
     std::shared_ptr<model_client> model;
 };
 
+class framework;
+
 // Everything one turn carries between its stages.
 struct turn_context {
     baton::inbound inbound;
@@ -88,6 +101,14 @@ struct turn_context {
     std::vector<outbound> outbox;
     bool direct_command = false;
     bool entered_run_model = false;
+    baton::framework* framework = nullptr;
+    turn_progress& progress() { return *inbound.progress; }
+};
+
+// before_tool_call's answer: run the tool, answer for it, or refuse it.
+struct tool_decision {
+    enum class kind { proceed, replace, deny } action = kind::proceed;
+    tool_result result; // replace: the observation; deny: result.output is the reason
 };
 
 struct turn_result {
@@ -96,6 +117,7 @@ struct turn_result {
     std::string reply;
     std::int64_t steps = 0;
     baton::usage usage;
+    turn_status status = turn_status::completed;
     bool direct_command = false;
 };
 
@@ -111,6 +133,12 @@ struct plugin {
     hook<asio::awaitable<std::vector<outbound>>(turn_context&)> render_outbound;
     hook<asio::awaitable<bool>(turn_context&, const outbound&)> dispatch_outbound;
     hook<void(std::string_view stage, std::exception_ptr error, const inbound&)> on_error;
+    // Agent-loop hooks; every implementation runs, last registered first.
+    hook<asio::awaitable<void>(turn_context&, model_request&)> before_model_call;
+    hook<asio::awaitable<void>(turn_context&, const chat_completion&)> after_model_call;
+    // The first decision other than `proceed` wins.
+    hook<asio::awaitable<tool_decision>(turn_context&, const tool_call&)> before_tool_call;
+    hook<asio::awaitable<void>(turn_context&, const tool_call&, tool_result&)> after_tool_call;
 };
 
 // The default hooks (pipeline/): the framework registers them first, so every plugin overrides them.
@@ -124,6 +152,13 @@ public:
     void add_agent(agent a);
     const baton::agent* find_agent(std::string_view name) const;
     store_runner& db() { return db_; }
+    tool_registry& tools() { return tools_; }
+
+    // The agent loop's hook points (pipeline/run_model.cpp calls them).
+    asio::awaitable<void> before_model_call(turn_context& ctx, model_request& req);
+    asio::awaitable<void> after_model_call(turn_context& ctx, const chat_completion& c);
+    asio::awaitable<tool_decision> before_tool_call(turn_context& ctx, const tool_call& call);
+    asio::awaitable<void> after_tool_call(turn_context& ctx, const tool_call& call, tool_result& r);
 
     // Runs one turn. Throws what a stage threw (after on_error saw it); cancellation follows the
     // awaiting coroutine's slot and still lets save_state run once run_model was entered.
@@ -143,6 +178,7 @@ private:
     store_runner& db_;
     std::vector<plugin> plugins_; // registration order; hooks run from the back
     std::map<std::string, baton::agent, std::less<>> agents_;
+    tool_registry tools_;
 };
 
 } // namespace baton

@@ -61,6 +61,10 @@ public:
     asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,
                                                        std::size_t limit);
 
+    // Cancels a queued or running turn: it ends `stopped` (a running one keeps its partial reply).
+    // Errors: not_found, turn_not_running (already finished).
+    asio::awaitable<std::optional<api_error>> cancel(std::string turn_id);
+
     // Picks up what an earlier process left: queued turns run again in accept order; turns that
     // were mid-run end `failed` with error.code "abandoned". Returns how many turns it touched.
     asio::awaitable<std::size_t> recover();

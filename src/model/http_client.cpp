@@ -1,0 +1,417 @@
+// The library's only HTTP client translation unit: Beast's client side and Asio's TLS live here.
+#include <baton/http_client.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <boost/url/parse.hpp>
+
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <charconv>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+// Asio's TLS implementation is compiled once, here (BOOST_ASIO_SEPARATE_COMPILATION): the
+// library's only TLS user. A second copy elsewhere would clash at link time.
+#include <boost/asio/ssl/impl/src.hpp>
+
+namespace baton {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace ssl = boost::asio::ssl;
+using asio::ip::tcp;
+using boost::system::error_code;
+using clock_type = std::chrono::steady_clock;
+using head_fn = std::function<void(const http_response&)>;
+using body_fn = std::function<void(std::string_view)>;
+
+namespace {
+
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+constexpr std::uint64_t body_limit = 64 * 1024 * 1024;
+
+bool iequals(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+        if (std::tolower(static_cast<unsigned char>(a[i])) !=
+            std::tolower(static_cast<unsigned char>(b[i])))
+            return false;
+    return true;
+}
+
+struct target {
+    bool tls = false;
+    std::string host; // a name or an address, without IPv6 brackets
+    std::uint16_t port = 0;
+    std::string host_header;
+    std::string path; // origin-form: path and query
+    std::string key;  // the pool's endpoint: scheme://host:port
+};
+
+boost::system::result<target> parse_target(std::string_view url) {
+    const auto bad = make_error_code(boost::system::errc::invalid_argument);
+    auto u = boost::urls::parse_uri(url);
+    if (!u) return bad;
+    target t;
+    if (u->scheme_id() == boost::urls::scheme::https)
+        t.tls = true;
+    else if (u->scheme_id() != boost::urls::scheme::http)
+        return bad;
+    if (!u->has_authority() || u->encoded_host().empty()) return bad;
+    t.host = u->host_address();
+    t.port = t.tls ? 443 : 80;
+    if (u->has_port() && !u->port().empty()) {
+        auto p = u->port();
+        auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), t.port);
+        if (ec != std::errc{} || end != p.data() + p.size() || t.port == 0) return bad;
+    }
+    t.host_header = u->encoded_host_and_port();
+    t.path = u->encoded_target();
+    if (t.path.empty() || t.path.front() != '/') t.path.insert(0, "/");
+    t.key = std::string(t.tls ? "https://" : "http://") + t.host + ":" + std::to_string(t.port);
+    return t;
+}
+
+bhttp::request<bhttp::string_body> make_request(const std::string& method, const target& t,
+                                                http_headers headers, std::string body) {
+    bhttp::request<bhttp::string_body> req;
+    auto verb = bhttp::string_to_verb(method);
+    if (verb == bhttp::verb::unknown)
+        req.method_string(method);
+    else
+        req.method(verb);
+    req.target(t.path);
+    req.version(11);
+    req.set(bhttp::field::host, t.host_header);
+    for (auto& [name, value] : headers) {
+        if (iequals(name, "host"))
+            req.set(bhttp::field::host, value);
+        else
+            req.insert(name, value);
+    }
+    req.body() = std::move(body);
+    req.prepare_payload();
+    return req;
+}
+
+// Errors meaning a reused connection had been closed by the server while it sat in the pool.
+bool stale_connection_error(const error_code& ec) {
+    return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+           ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+           ec == asio::error::connection_aborted || ec == ssl::error::stream_truncated;
+}
+
+struct connection {
+    std::optional<beast::tcp_stream> plain;
+    std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+    beast::flat_buffer buffer;
+
+    beast::tcp_stream& tcp() { return plain ? *plain : tls->next_layer(); }
+
+    // An idle keep-alive connection is usable when the server has neither closed it (a FIN reads
+    // as 0) nor sent anything unasked (a TLS close_notify, or bytes we could not frame).
+    bool alive() {
+        auto& sock = tcp().socket();
+        if (!sock.is_open() || buffer.size() != 0) return false;
+        char byte;
+        auto n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+};
+
+struct exchange_state {
+    error_code ec;
+    bool got_response = false; // a response byte arrived: the server saw the request
+    bool reusable = false;
+};
+
+// Resolution state shared with the resolver's handler: getaddrinfo cannot be interrupted, so on
+// timeout the lookup is left to finish in the background and this keeps what it touches alive.
+struct resolve_state {
+    explicit resolve_state(const asio::any_io_executor& strand) : resolver(strand), wake(strand) {}
+    tcp::resolver resolver;
+    asio::steady_timer wake;
+    bool done = false;
+    error_code ec;
+    std::vector<tcp::endpoint> endpoints;
+};
+
+// Resolves a host name within `deadline`. Runs on a strand of its own (co_spawn), which the
+// resolver's handler shares. Cancellation: the awaiting coroutine's slot (via co_spawn).
+asio::awaitable<std::pair<error_code, std::vector<tcp::endpoint>>>
+resolve(asio::any_io_executor strand, std::string host, std::uint16_t port,
+        clock_type::time_point deadline) {
+    auto st = std::make_shared<resolve_state>(strand);
+    st->wake.expires_at(deadline);
+    auto on_resolved = [st](error_code ec, const tcp::resolver::results_type& results) {
+        st->done = true;
+        st->ec = ec;
+        for (const auto& e : results)
+            st->endpoints.push_back(e.endpoint());
+        st->wake.cancel();
+    };
+    st->resolver.async_resolve(host, std::to_string(port), asio::bind_executor(strand, on_resolved));
+    auto [ec] = co_await st->wake.async_wait(use_tuple);
+    if (st->done) co_return std::pair{st->ec, std::move(st->endpoints)};
+    co_return std::pair{ec ? error_code(asio::error::operation_aborted)
+                           : error_code(beast::error::timeout),
+                        std::vector<tcp::endpoint>{}};
+}
+
+// The body of the response is read piece by piece into `piece`, each piece handed to on_body (or
+// appended to out.body when there is none); everything is bounded by `deadline`.
+template <class Stream>
+asio::awaitable<void> exchange(Stream& s, connection& c, bhttp::request<bhttp::string_body>& req,
+                               clock_type::time_point deadline, http_response& out,
+                               const head_fn& on_head, const body_fn& on_body, exchange_state& st) {
+    c.tcp().expires_at(deadline);
+    auto [wec, wn] = co_await bhttp::async_write(s, req, use_tuple);
+    if (wec) {
+        st.ec = wec;
+        co_return;
+    }
+    bhttp::response_parser<bhttp::buffer_body> p;
+    p.body_limit(body_limit);
+    if (req.method() == bhttp::verb::head) p.skip(true);
+    c.tcp().expires_at(deadline);
+    auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, p, use_tuple);
+    st.got_response = p.got_some();
+    if (hec) {
+        st.ec = hec;
+        co_return;
+    }
+    out.status = p.get().result_int();
+    for (const auto& f : p.get())
+        out.headers.emplace_back(f.name_string(), f.value());
+    if (on_head) on_head(out);
+    char piece[16384];
+    while (!p.is_done()) {
+        p.get().body().data = piece;
+        p.get().body().size = sizeof piece;
+        c.tcp().expires_at(deadline);
+        // read_some, not read: a streamed body must reach on_body as soon as it arrives.
+        auto [ec, n] = co_await bhttp::async_read_some(s, c.buffer, p, use_tuple);
+        std::string_view got(piece, sizeof piece - p.get().body().size);
+        if (!got.empty()) {
+            if (on_body)
+                on_body(got);
+            else
+                out.body.append(got);
+        }
+        if (ec && ec != bhttp::error::need_buffer) {
+            st.ec = ec;
+            co_return;
+        }
+    }
+    c.tcp().expires_never();
+    st.reusable = p.keep_alive() && c.buffer.size() == 0;
+}
+
+} // namespace
+
+std::optional<std::string_view> http_response::header(std::string_view name) const {
+    for (const auto& [k, v] : headers)
+        if (iequals(k, name)) return std::string_view(v);
+    return std::nullopt;
+}
+
+struct http_client::impl {
+    impl(asio::any_io_executor e, http_client_options o) : ex(std::move(e)), opts(std::move(o)) {}
+
+    asio::any_io_executor ex;
+    http_client_options opts;
+
+    // Made on the first https request: loading the system trust store costs milliseconds that a
+    // plain-http client (tests, local models) should not pay. A bad trust store fails the https
+    // requests with its error instead of throwing.
+    std::once_flag tls_once;
+    std::optional<ssl::context> tls_ctx;
+    error_code tls_setup_error;
+
+    ssl::context* tls_context(error_code& ec) {
+        std::call_once(tls_once, [this] {
+            tls_ctx.emplace(ssl::context::tls_client);
+            SSL_CTX_set_min_proto_version(tls_ctx->native_handle(), TLS1_2_VERSION);
+            if (!opts.verify_peer) {
+                tls_ctx->set_verify_mode(ssl::verify_none);
+                return;
+            }
+            if (opts.ca_file.empty())
+                tls_ctx->set_default_verify_paths(tls_setup_error);
+            else
+                tls_ctx->load_verify_file(opts.ca_file, tls_setup_error);
+            if (!tls_setup_error) tls_ctx->set_verify_mode(ssl::verify_peer, tls_setup_error);
+        });
+        ec = tls_setup_error;
+        return ec ? nullptr : &*tls_ctx;
+    }
+
+    mutable std::mutex mutex;
+    bool closed = false;
+    std::unordered_map<std::string, std::deque<std::unique_ptr<connection>>> idle;
+
+    std::unique_ptr<connection> take(const std::string& key) {
+        std::lock_guard lock(mutex);
+        auto it = idle.find(key);
+        if (it == idle.end()) return nullptr;
+        // The most recently used first: it is the least likely to have been closed by the server.
+        while (!it->second.empty()) {
+            auto c = std::move(it->second.back());
+            it->second.pop_back();
+            if (c->alive()) return c;
+        }
+        return nullptr;
+    }
+
+    void put(const std::string& key, std::unique_ptr<connection> c) {
+        std::lock_guard lock(mutex);
+        if (closed || opts.max_idle_per_endpoint == 0) return;
+        auto& list = idle[key];
+        list.push_back(std::move(c));
+        while (list.size() > opts.max_idle_per_endpoint)
+            list.pop_front();
+    }
+
+    void close() {
+        std::lock_guard lock(mutex);
+        closed = true;
+        idle.clear();
+    }
+
+    static asio::awaitable<std::pair<error_code, std::unique_ptr<connection>>>
+    open(std::shared_ptr<impl> self, const target& t, clock_type::time_point deadline);
+
+    static asio::awaitable<std::pair<error_code, http_response>>
+    run(std::shared_ptr<impl> self, std::string method, std::string url, http_headers headers,
+        std::string body, std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body);
+};
+
+// Cancellation: the awaiting coroutine's slot (connect, resolve and handshake are all aborted).
+asio::awaitable<std::pair<error_code, std::unique_ptr<connection>>>
+http_client::impl::open(std::shared_ptr<impl> self, const target& t, clock_type::time_point deadline) {
+    using result = std::pair<error_code, std::unique_ptr<connection>>;
+    auto connect_deadline = std::min(deadline, clock_type::now() + self->opts.connect_timeout);
+    ssl::context* tls_ctx = nullptr;
+    error_code ec;
+    if (t.tls && !(tls_ctx = self->tls_context(ec))) co_return result{ec, nullptr};
+
+    auto address = asio::ip::make_address(t.host, ec);
+    const bool is_address = !ec;
+    std::vector<tcp::endpoint> endpoints;
+    if (is_address) {
+        endpoints.emplace_back(address, t.port);
+    } else {
+        auto strand = asio::make_strand(self->ex);
+        auto [rec, found] = co_await asio::co_spawn(
+            strand, resolve(strand, t.host, t.port, connect_deadline), asio::use_awaitable);
+        if (rec) co_return result{rec, nullptr};
+        endpoints = std::move(found);
+    }
+
+    auto c = std::make_unique<connection>();
+    if (t.tls)
+        c->tls.emplace(self->ex, *tls_ctx);
+    else
+        c->plain.emplace(self->ex);
+    c->tcp().expires_at(connect_deadline);
+    auto [cec, ep] = co_await c->tcp().async_connect(endpoints, use_tuple);
+    if (cec) co_return result{cec, nullptr};
+    c->tcp().socket().set_option(tcp::no_delay(true), ec);
+    if (!t.tls) co_return result{error_code(), std::move(c)};
+
+    // SNI carries host names only (RFC 6066); verification checks names and IP addresses alike.
+    if (!is_address && !SSL_set_tlsext_host_name(c->tls->native_handle(), t.host.c_str()))
+        co_return result{
+            error_code(static_cast<int>(::ERR_get_error()), asio::error::get_ssl_category()), nullptr};
+    if (self->opts.verify_peer) c->tls->set_verify_callback(ssl::host_name_verification(t.host));
+    c->tcp().expires_at(connect_deadline);
+    auto [hec] = co_await c->tls->async_handshake(ssl::stream_base::client, use_tuple);
+    if (hec) co_return result{hec, nullptr};
+    co_return result{error_code(), std::move(c)};
+}
+
+asio::awaitable<std::pair<error_code, http_response>>
+http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::string url,
+                       http_headers headers, std::string body, std::chrono::milliseconds timeout,
+                       head_fn on_head, body_fn on_body) {
+    using result = std::pair<error_code, http_response>;
+    const auto deadline = clock_type::now() + timeout;
+    auto t = parse_target(url);
+    if (!t) co_return result{t.error(), {}};
+    auto req = make_request(method, *t, std::move(headers), std::move(body));
+
+    for (int attempt = 0;; ++attempt) {
+        auto conn = attempt == 0 ? self->take(t->key) : nullptr;
+        const bool reused = conn != nullptr;
+        http_response out;
+        exchange_state st;
+        try {
+            if (!conn) {
+                auto [ec, fresh] = co_await open(self, *t, deadline);
+                st.ec = ec;
+                conn = std::move(fresh);
+            }
+            if (!st.ec && conn->tls)
+                co_await exchange(*conn->tls, *conn, req, deadline, out, on_head, on_body, st);
+            else if (!st.ec)
+                co_await exchange(*conn->plain, *conn, req, deadline, out, on_head, on_body, st);
+        } catch (const boost::system::system_error& e) {
+            // A cancelled coroutine throws at its next co_await; report it like an aborted read.
+            if (e.code() != asio::error::operation_aborted) throw;
+            st = {e.code(), st.got_response, false};
+        }
+        if (!st.ec) {
+            if (st.reusable) self->put(t->key, std::move(conn));
+            co_return result{error_code(), std::move(out)};
+        }
+        // The server closed a pooled connection before seeing the request: once more, afresh.
+        if (reused && attempt == 0 && !st.got_response && stale_connection_error(st.ec)) continue;
+        co_return result{st.ec, std::move(out)};
+    }
+}
+
+http_client::http_client(asio::any_io_executor ex, http_client_options opts)
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(opts))) {}
+
+http_client::~http_client() {
+    impl_->close();
+}
+
+asio::awaitable<std::pair<error_code, http_response>>
+http_client::request(std::string method, std::string url, http_headers headers, std::string body,
+                     std::chrono::milliseconds timeout) {
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
+                     timeout, nullptr, nullptr);
+}
+
+asio::awaitable<std::pair<error_code, http_response>>
+http_client::stream(std::string method, std::string url, http_headers headers, std::string body,
+                    std::chrono::milliseconds timeout, std::function<void(const http_response&)> on_head,
+                    std::function<void(std::string_view)> on_body) {
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
+                     timeout, std::move(on_head), std::move(on_body));
+}
+
+std::size_t http_client::idle_connections() const {
+    std::lock_guard lock(impl_->mutex);
+    std::size_t n = 0;
+    for (const auto& [key, list] : impl_->idle)
+        n += list.size();
+    return n;
+}
+
+} // namespace baton
