@@ -89,6 +89,8 @@ asio::awaitable<reply> api::handle(const request_view& req) {
         co_return co_await post_message(req, m.session_id);
     case route_id::get_turn:
         co_return co_await get_turn(m.turn_id);
+    case route_id::cancel_turn:
+        co_return co_await cancel_turn(m.turn_id);
     case route_id::get_session:
         co_return co_await get_session(m.session_id);
     case route_id::get_tape:

@@ -1,0 +1,117 @@
+// The daemon against a fake OpenAI-compatible server, through the HTTP API only: a tool call
+// completes in two steps, and the turn outcomes a client must handle.
+#include "tests/daemon_fixture.hpp"
+#include "tests/fake_openai.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+using namespace baton;
+using namespace baton::test;
+
+namespace {
+
+// A daemon whose default agent talks to the fake server, with `limits` merged in.
+struct model_daemon : daemon_fixture {
+    fake_openai model;
+
+    explicit model_daemon(json::object limits = {}, bool stream = false) : daemon_fixture(deferred{}) {
+        json::object agent{{"model",
+                            {{"provider", "openai"},
+                             {"base_url", model.base_url()},
+                             {"model", "fake-1"},
+                             {"stream", stream},
+                             {"timeout_ms", 2000}}},
+                           {"instructions", json::array{"You are a test agent."}},
+                           {"tools", json::array{"clock"}},
+                           {"limits", std::move(limits)}};
+        json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
+                         {"agents", {{"default", std::move(agent)}}}};
+        start({"--config", write_file("baton.json", json::serialize(cfg)).string()});
+    }
+
+    std::string post(std::string_view text) {
+        auto r = post_message("s1", text);
+        BOOST_REQUIRE_EQUAL(r.status, 202u);
+        return std::string(r.json.at("turn_id").as_string());
+    }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(daemon_model)
+
+BOOST_AUTO_TEST_CASE(a_tool_call_completes_in_two_steps_with_the_tool_output_in_the_reply) {
+    model_daemon d;
+    d.model.push(fake_reply::completion("", {{"call_1", "clock", "{}"}}, "tool_calls"));
+    d.model.push(fake_reply::completion("the time is now"));
+    auto t = d.wait_for_turn(d.post("what time is it?"));
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    BOOST_TEST(t.at("steps").as_int64() == 2);
+    BOOST_TEST(t.at("reply").as_string() == "the time is now");
+    auto reqs = d.model.requests();
+    BOOST_REQUIRE_EQUAL(reqs.size(), 2u);
+    // The pinned instruction leads; the clock's observation is fed back as a tool message.
+    const auto& first = reqs[0].body.at("messages").as_array();
+    BOOST_TEST(first[0].at("role").as_string() == "system");
+    BOOST_TEST(reqs[0].body.at("tools").as_array().size() == 1u);
+    const auto& second = reqs[1].body.at("messages").as_array();
+    const auto& observation = second.back().as_object();
+    BOOST_TEST(observation.at("role").as_string() == "tool");
+    BOOST_TEST(observation.at("tool_call_id").as_string() == "call_1");
+    BOOST_TEST(is_rfc3339(observation.at("content")));
+    auto tape = d.request("GET", "/v1/sessions/s1/tape");
+    std::vector<std::string> kinds;
+    for (auto& e : tape.json.at("entries").as_array())
+        kinds.emplace_back(e.at("kind").as_string());
+    BOOST_TEST(kinds == (std::vector<std::string>{"message", "tool_call", "tool_result", "message"}),
+               boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(streamed_replies_complete) {
+    model_daemon d({}, true);
+    d.model.push(fake_reply::stream_text({"hel", "lo ", "wor", "ld"}, 3));
+    auto t = d.wait_for_turn(d.post("hi"));
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    BOOST_TEST(t.at("reply").as_string() == "hello world");
+}
+
+BOOST_AUTO_TEST_CASE(a_model_that_keeps_failing_ends_failed_with_model_error) {
+    model_daemon d;
+    for (int i = 0; i < 4; ++i)
+        d.model.push(fake_reply::error(400, "bad request"));
+    auto t = d.wait_for_turn(d.post("hi"));
+    BOOST_TEST(t.at("status").as_string() == "failed");
+    BOOST_TEST(t.at("error").at("code").as_string() == "model_error");
+    BOOST_TEST(d.model.requests().size() == 1u); // a 400 is not retried
+}
+
+BOOST_AUTO_TEST_CASE(the_step_limiter_ends_step_limit) {
+    model_daemon d({{"max_steps", 2}});
+    for (int i = 0; i < 3; ++i)
+        d.model.push(fake_reply::completion("", {{"c", "clock", "{}"}}, "tool_calls"));
+    auto t = d.wait_for_turn(d.post("loop"));
+    BOOST_TEST(t.at("status").as_string() == "step_limit");
+    BOOST_TEST(t.at("steps").as_int64() == 2);
+}
+
+BOOST_AUTO_TEST_CASE(the_turn_deadline_ends_timed_out) {
+    model_daemon d({{"turn_timeout_ms", 300}});
+    d.model.push(fake_reply::completion("too late").after(std::chrono::milliseconds(1500)));
+    auto t = d.wait_for_turn(d.post("slow"));
+    BOOST_TEST(t.at("status").as_string() == "timed_out");
+}
+
+BOOST_AUTO_TEST_CASE(cancel_ends_stopped_and_a_finished_turn_answers_409) {
+    model_daemon d;
+    d.model.push(fake_reply::completion("too late").after(std::chrono::milliseconds(1500)));
+    auto tid = d.post("slow");
+    d.wait_for_turn(tid, {"running"});
+    auto c = d.request("POST", "/v1/turns/" + tid + "/cancel");
+    BOOST_TEST(c.status == 202u);
+    auto t = d.wait_for_turn(tid);
+    BOOST_TEST(t.at("status").as_string() == "stopped");
+    auto again = d.request("POST", "/v1/turns/" + tid + "/cancel");
+    check_error(again, 409, "turn_not_running");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
