@@ -18,9 +18,13 @@ std::string clip_utf8(std::string s, std::size_t max) {
     return s;
 }
 
+// Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it.
 asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_request& req) {
+    auto& progress = ctx.progress();
+    progress.reply.clear();
+    delta_handler on_delta = [&progress](std::string_view piece) { progress.reply.append(piece); };
     try {
-        co_return co_await ctx.agent->model->complete(req, {});
+        co_return co_await ctx.agent->model->complete(req, on_delta);
     } catch (const turn_error&) {
         throw;
     } catch (const boost::system::system_error& e) {

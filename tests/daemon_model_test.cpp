@@ -5,6 +5,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <thread>
+
 using namespace baton;
 using namespace baton::test;
 
@@ -14,7 +16,11 @@ namespace {
 struct model_daemon : daemon_fixture {
     fake_openai model;
 
-    explicit model_daemon(json::object limits = {}, bool stream = false) : daemon_fixture(deferred{}) {
+    explicit model_daemon(json::object limits = {}, bool stream = false, json::object tools = {})
+        : daemon_fixture(deferred{}) {
+        json::array allowed{"clock"};
+        for (auto& kv : tools)
+            allowed.emplace_back(kv.key());
         json::object agent{{"model",
                             {{"provider", "openai"},
                              {"base_url", model.base_url()},
@@ -22,10 +28,11 @@ struct model_daemon : daemon_fixture {
                              {"stream", stream},
                              {"timeout_ms", 2000}}},
                            {"instructions", json::array{"You are a test agent."}},
-                           {"tools", json::array{"clock"}},
+                           {"tools", std::move(allowed)},
                            {"limits", std::move(limits)}};
         json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
-                         {"agents", {{"default", std::move(agent)}}}};
+                         {"agents", {{"default", std::move(agent)}}},
+                         {"tools", std::move(tools)}};
         start({"--config", write_file("baton.json", json::serialize(cfg)).string()});
     }
 
@@ -68,7 +75,7 @@ BOOST_AUTO_TEST_CASE(a_tool_call_completes_in_two_steps_with_the_tool_output_in_
 }
 
 BOOST_AUTO_TEST_CASE(streamed_replies_complete) {
-    model_daemon d({}, true);
+    model_daemon d(json::object{}, true);
     d.model.push(fake_reply::stream_text({"hel", "lo ", "wor", "ld"}, 3));
     auto t = d.wait_for_turn(d.post("hi"));
     BOOST_TEST(t.at("status").as_string() == "completed");
@@ -112,6 +119,64 @@ BOOST_AUTO_TEST_CASE(cancel_ends_stopped_and_a_finished_turn_answers_409) {
     BOOST_TEST(t.at("status").as_string() == "stopped");
     auto again = d.request("POST", "/v1/turns/" + tid + "/cancel");
     check_error(again, 409, "turn_not_running");
+}
+
+BOOST_AUTO_TEST_CASE(stop_command_ends_the_running_turn_stopped_keeping_the_partial_reply) {
+    model_daemon d(json::object{}, true);
+    auto slow = fake_reply::stream_text({"partial ", "reply ", "that ", "never ", "ends"});
+    slow.piece_delay = std::chrono::milliseconds(400);
+    d.model.push(slow);
+    auto tid = d.post("talk slowly");
+    // Wait until the first piece of text is in, then stop.
+    d.wait_for_turn(tid, {"running"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    auto stop = d.post("/stop");
+    auto t = d.wait_for_turn(tid);
+    BOOST_TEST(t.at("status").as_string() == "stopped");
+    BOOST_REQUIRE(t.at("reply").is_string());
+    BOOST_TEST(t.at("reply").as_string().starts_with("partial "));
+    BOOST_TEST(t.at("reply").as_string() != "partial reply that never ends");
+    auto s = d.wait_for_turn(stop);
+    BOOST_TEST(s.at("status").as_string() == "completed");
+    BOOST_TEST(s.at("steps").as_int64() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(an_http_tool_gets_the_arguments_and_its_body_is_the_observation) {
+    json::object tools{{"weather",
+                        {{"kind", "http"},
+                         {"url", "http://127.0.0.1:1/replaced"},
+                         {"description", "weather by city"},
+                         {"parameters",
+                          {{"type", "object"},
+                           {"properties", {{"city", {{"type", "string"}}}}},
+                           {"required", json::array{"city"}}}}}}};
+    // The fake model server also plays the tool's server: the URL is set once its port is known.
+    fake_openai tool_server;
+    tools["weather"].as_object()["url"] =
+        "http://127.0.0.1:" + std::to_string(tool_server.port()) + "/weather";
+    model_daemon d(json::object{}, false, tools);
+    d.model.push(fake_reply::completion("", {{"w1", "weather", R"({"city":"Oslo"})"}}, "tool_calls"));
+    fake_reply sunny;
+    sunny.pieces = {"sunny, 21 C"};
+    tool_server.push(sunny);
+    d.model.push(fake_reply::completion("It is sunny in Oslo"));
+    auto t = d.wait_for_turn(d.post("weather in Oslo?"));
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    BOOST_TEST(t.at("reply").as_string() == "It is sunny in Oslo");
+    auto calls = tool_server.requests();
+    BOOST_REQUIRE_EQUAL(calls.size(), 1u);
+    BOOST_TEST(calls[0].method == "POST");
+    BOOST_TEST(calls[0].target == "/weather");
+    BOOST_TEST(calls[0].body.at("city").as_string() == "Oslo");
+    auto second = d.model.requests().at(1).body.at("messages").as_array();
+    BOOST_TEST(second.back().at("content").as_string() == "sunny, 21 C");
+}
+
+BOOST_AUTO_TEST_CASE(max_reply_bytes_clips_the_reply) {
+    model_daemon d({{"max_reply_bytes", 5}});
+    d.model.push(fake_reply::completion("0123456789"));
+    auto t = d.wait_for_turn(d.post("long"));
+    BOOST_TEST(t.at("reply").as_string() == "01234");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

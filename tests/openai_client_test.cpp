@@ -13,11 +13,15 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 using namespace baton;
 using namespace baton::test;
@@ -376,6 +380,34 @@ BOOST_FIXTURE_TEST_CASE(pooled_connection_closed_by_server_is_replaced, openai_f
     BOOST_TEST(complete().text == "second");
     BOOST_TEST(server.requests().size() == 3u);
     BOOST_TEST(server.connections() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(concurrent_calls_share_the_pool_across_threads) {
+    fake_openai server;
+    asio::io_context ioc;
+    auto http = std::make_shared<http_client>(ioc.get_executor(), http_client_options{2});
+    model_config cfg;
+    cfg.base_url = server.base_url();
+    cfg.stream = true;
+    cfg.api_key_env = "";
+    auto model = make_openai_model(ioc.get_executor(), cfg, http, {1});
+    constexpr int calls = 16;
+    for (int i = 0; i < calls; ++i)
+        server.push(fake_reply::stream_text({"a", "b"}, 9));
+    std::atomic<int> ok{0};
+    std::vector<std::string> texts(calls);
+    for (int i = 0; i < calls; ++i) {
+        delta_handler on_delta = [&texts, i](std::string_view d) { texts[i] += d; };
+        auto done = [&ok](std::exception_ptr e, chat_completion c) { ok += !e && c.text == "ab"; };
+        asio::co_spawn(asio::make_strand(ioc), call(model, user("hi"), on_delta), done);
+    }
+    std::thread second([&] { ioc.run_for(5s); });
+    ioc.run_for(5s);
+    second.join();
+    BOOST_TEST(ok.load() == calls);
+    BOOST_TEST(std::count(texts.begin(), texts.end(), "ab") == calls);
+    BOOST_TEST(server.requests().size() == std::size_t(calls));
+    BOOST_TEST(http->idle_connections() <= 2u);
 }
 
 BOOST_FIXTURE_TEST_CASE(host_names_are_resolved, openai_fixture) {

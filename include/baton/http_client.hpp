@@ -38,6 +38,8 @@ struct http_response {
 
 using http_headers = std::vector<std::pair<std::string, std::string>>;
 
+// Thread-safe: any number of coroutines, on any executors, may share one client. Each connection
+// has its own strand, on which every operation on it runs.
 class http_client {
 public:
     explicit http_client(boost::asio::any_io_executor ex, http_client_options opts = {});
@@ -59,8 +61,10 @@ public:
 
     // Like request(), but hands the body over as it arrives: on_head(status + headers) once, then
     // on_body(piece) per piece read. The returned response carries status and headers, no body.
-    // A callback that throws aborts the request (the connection is closed) and the exception
-    // propagates. Cancellation: as request(); pieces already delivered stay delivered.
+    // The callbacks run on the connection's strand while the awaiting coroutine is suspended (so
+    // never concurrently with it, but maybe on another thread). A callback that throws aborts the
+    // request (the connection is closed) and the exception propagates.
+    // Cancellation: as request(); pieces already delivered stay delivered.
     boost::asio::awaitable<std::pair<boost::system::error_code, http_response>>
     stream(std::string method, std::string url, http_headers headers, std::string body,
            std::chrono::milliseconds timeout, std::function<void(const http_response& head)> on_head,

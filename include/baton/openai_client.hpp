@@ -36,8 +36,9 @@ std::optional<std::chrono::milliseconds> parse_retry_after(std::string_view valu
 // `cfg` gives base_url, model (when the request names none), api_key_env (Authorization:
 // Bearer, omitted when the variable is unset or empty), stream and the per-attempt timeout.
 // complete() throws turn_error("model_error") after the last failed attempt; a stream that has
-// already delivered text is never retried. Cancellation (the awaiting coroutine's slot) aborts
-// the request or the backoff wait and throws system_error(operation_aborted).
+// already delivered text is never retried. on_delta runs while complete() is suspended, on the
+// HTTP connection's strand. Cancellation (the awaiting coroutine's slot) aborts the request or
+// the backoff wait and throws system_error(operation_aborted).
 std::shared_ptr<model_client> make_openai_model(boost::asio::any_io_executor ex, const model_config& cfg,
                                                 std::shared_ptr<http_client> http,
                                                 openai_retry_policy retry = {});

@@ -116,6 +116,7 @@ bool stale_connection_error(const error_code& ec) {
 }
 
 struct connection {
+    asio::any_io_executor strand; // every operation on this connection runs here
     std::optional<beast::tcp_stream> plain;
     std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
     beast::flat_buffer buffer;
@@ -139,6 +140,12 @@ struct exchange_state {
     bool reusable = false;
 };
 
+struct attempt_result {
+    exchange_state st;
+    http_response out;
+    std::unique_ptr<connection> conn; // handed back for the pool when reusable
+};
+
 // Resolution state shared with the resolver's handler: getaddrinfo cannot be interrupted, so on
 // timeout the lookup is left to finish in the background and this keeps what it touches alive.
 struct resolve_state {
@@ -150,8 +157,8 @@ struct resolve_state {
     std::vector<tcp::endpoint> endpoints;
 };
 
-// Resolves a host name within `deadline`. Runs on a strand of its own (co_spawn), which the
-// resolver's handler shares. Cancellation: the awaiting coroutine's slot (via co_spawn).
+// Resolves a host name within `deadline`. Runs on the connection's strand, which the resolver's
+// handler shares. Cancellation: the awaiting coroutine's slot.
 asio::awaitable<std::pair<error_code, std::vector<tcp::endpoint>>>
 resolve(asio::any_io_executor strand, std::string host, std::uint16_t port,
         clock_type::time_point deadline) {
@@ -293,16 +300,24 @@ struct http_client::impl {
     }
 
     static asio::awaitable<std::pair<error_code, std::unique_ptr<connection>>>
-    open(std::shared_ptr<impl> self, const target& t, clock_type::time_point deadline);
+    open(std::shared_ptr<impl> self, const target& t, asio::any_io_executor strand,
+         clock_type::time_point deadline);
+
+    static asio::awaitable<attempt_result>
+    attempt(std::shared_ptr<impl> self, const target& t, bhttp::request<bhttp::string_body>& req,
+            clock_type::time_point deadline, std::unique_ptr<connection> conn,
+            asio::any_io_executor strand, const head_fn& on_head, const body_fn& on_body);
 
     static asio::awaitable<std::pair<error_code, http_response>>
     run(std::shared_ptr<impl> self, std::string method, std::string url, http_headers headers,
         std::string body, std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body);
 };
 
-// Cancellation: the awaiting coroutine's slot (connect, resolve and handshake are all aborted).
+// Connects (and for https, handshakes) a new connection on `strand`, within the connect timeout.
+// Cancellation: the awaiting coroutine's slot (resolve, connect and handshake are all aborted).
 asio::awaitable<std::pair<error_code, std::unique_ptr<connection>>>
-http_client::impl::open(std::shared_ptr<impl> self, const target& t, clock_type::time_point deadline) {
+http_client::impl::open(std::shared_ptr<impl> self, const target& t, asio::any_io_executor strand,
+                        clock_type::time_point deadline) {
     using result = std::pair<error_code, std::unique_ptr<connection>>;
     auto connect_deadline = std::min(deadline, clock_type::now() + self->opts.connect_timeout);
     ssl::context* tls_ctx = nullptr;
@@ -315,18 +330,17 @@ http_client::impl::open(std::shared_ptr<impl> self, const target& t, clock_type:
     if (is_address) {
         endpoints.emplace_back(address, t.port);
     } else {
-        auto strand = asio::make_strand(self->ex);
-        auto [rec, found] = co_await asio::co_spawn(
-            strand, resolve(strand, t.host, t.port, connect_deadline), asio::use_awaitable);
+        auto [rec, found] = co_await resolve(strand, t.host, t.port, connect_deadline);
         if (rec) co_return result{rec, nullptr};
         endpoints = std::move(found);
     }
 
     auto c = std::make_unique<connection>();
+    c->strand = strand;
     if (t.tls)
-        c->tls.emplace(self->ex, *tls_ctx);
+        c->tls.emplace(strand, *tls_ctx);
     else
-        c->plain.emplace(self->ex);
+        c->plain.emplace(strand);
     c->tcp().expires_at(connect_deadline);
     auto [cec, ep] = co_await c->tcp().async_connect(endpoints, use_tuple);
     if (cec) co_return result{cec, nullptr};
@@ -344,6 +358,35 @@ http_client::impl::open(std::shared_ptr<impl> self, const target& t, clock_type:
     co_return result{error_code(), std::move(c)};
 }
 
+// One try on one connection (a new one when `conn` is null), run on the connection's strand:
+// Beast's tcp_stream wants its I/O and its timeout handler on one strand, whatever thread the
+// caller runs on. Cancellation: co_spawn forwards the caller's, dispatched onto the strand.
+asio::awaitable<attempt_result>
+http_client::impl::attempt(std::shared_ptr<impl> self, const target& t,
+                           bhttp::request<bhttp::string_body>& req, clock_type::time_point deadline,
+                           std::unique_ptr<connection> conn, asio::any_io_executor strand,
+                           const head_fn& on_head, const body_fn& on_body) {
+    attempt_result r;
+    try {
+        if (!conn) {
+            auto [ec, fresh] = co_await open(self, t, strand, deadline);
+            r.st.ec = ec;
+            conn = std::move(fresh);
+        }
+        if (!r.st.ec && conn->tls)
+            co_await exchange(*conn->tls, *conn, req, deadline, r.out, on_head, on_body, r.st);
+        else if (!r.st.ec)
+            co_await exchange(*conn->plain, *conn, req, deadline, r.out, on_head, on_body, r.st);
+    } catch (const boost::system::system_error& e) {
+        // A cancelled coroutine throws at its next co_await; report it like an aborted read.
+        if (e.code() != asio::error::operation_aborted) throw;
+        r.st = {e.code(), r.st.got_response, false};
+    }
+    // Anything else is closed here, on its strand: an aborted or failed connection is never pooled.
+    if (!r.st.ec && r.st.reusable) r.conn = std::move(conn);
+    co_return r;
+}
+
 asio::awaitable<std::pair<error_code, http_response>>
 http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::string url,
                        http_headers headers, std::string body, std::chrono::milliseconds timeout,
@@ -354,33 +397,27 @@ http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::stri
     if (!t) co_return result{t.error(), {}};
     auto req = make_request(method, *t, std::move(headers), std::move(body));
 
-    for (int attempt = 0;; ++attempt) {
-        auto conn = attempt == 0 ? self->take(t->key) : nullptr;
+    for (int n = 0;; ++n) {
+        auto conn = n == 0 ? self->take(t->key) : nullptr;
         const bool reused = conn != nullptr;
-        http_response out;
-        exchange_state st;
+        auto strand = reused ? conn->strand : asio::any_io_executor(asio::make_strand(self->ex));
+        attempt_result r;
         try {
-            if (!conn) {
-                auto [ec, fresh] = co_await open(self, *t, deadline);
-                st.ec = ec;
-                conn = std::move(fresh);
-            }
-            if (!st.ec && conn->tls)
-                co_await exchange(*conn->tls, *conn, req, deadline, out, on_head, on_body, st);
-            else if (!st.ec)
-                co_await exchange(*conn->plain, *conn, req, deadline, out, on_head, on_body, st);
+            r = co_await asio::co_spawn(
+                strand, attempt(self, *t, req, deadline, std::move(conn), strand, on_head, on_body),
+                asio::use_awaitable);
         } catch (const boost::system::system_error& e) {
-            // A cancelled coroutine throws at its next co_await; report it like an aborted read.
+            // Cancelled before the attempt could start.
             if (e.code() != asio::error::operation_aborted) throw;
-            st = {e.code(), st.got_response, false};
+            r.st.ec = e.code();
         }
-        if (!st.ec) {
-            if (st.reusable) self->put(t->key, std::move(conn));
-            co_return result{error_code(), std::move(out)};
+        if (!r.st.ec) {
+            if (r.conn) self->put(t->key, std::move(r.conn));
+            co_return result{error_code(), std::move(r.out)};
         }
         // The server closed a pooled connection before seeing the request: once more, afresh.
-        if (reused && attempt == 0 && !st.got_response && stale_connection_error(st.ec)) continue;
-        co_return result{st.ec, std::move(out)};
+        if (reused && n == 0 && !r.st.got_response && stale_connection_error(r.st.ec)) continue;
+        co_return result{r.st.ec, std::move(r.out)};
     }
 }
 
