@@ -194,7 +194,9 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
             } catch (const turn_error& e) {
                 code = e.code(), message = e.what();
             } catch (const boost::system::system_error& e) {
-                code = e.code() == asio::error::operation_aborted ? "cancelled" : "internal_error";
+                bool aborted = e.code() == asio::error::operation_aborted;
+                const auto& why = ctx.progress().stop_reason;
+                code = !aborted ? "internal_error" : why.empty() ? "stopped" : why;
                 message = e.what();
             } catch (const std::exception& e) {
                 message = e.what();

@@ -32,9 +32,11 @@ using detail::turn_slot;
 namespace {
 // A turn in flight: its cancellation signal lives on the session's strand.
 struct running_turn {
-    explicit running_turn(asio::strand<asio::any_io_executor> s) : strand(std::move(s)) {}
+    running_turn(asio::strand<asio::any_io_executor> s, std::shared_ptr<turn_progress> p)
+        : strand(std::move(s)), progress(std::move(p)) {}
     enum class reason { none, cancelled, timed_out };
     asio::strand<asio::any_io_executor> strand;
+    std::shared_ptr<turn_progress> progress;
     asio::cancellation_signal signal;
     reason why = reason::none;
 
@@ -42,6 +44,7 @@ struct running_turn {
     void stop(reason r) {
         if (why != reason::none) return;
         why = r;
+        progress->stop_reason = r == reason::timed_out ? "timed_out" : "stopped";
         signal.emit(asio::cancellation_type::terminal);
     }
 };
@@ -101,7 +104,8 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     rt.running_.fetch_add(1);
     rec.status = turn_status::running;
     rec.started_at = now_ms();
-    auto entry = std::make_shared<running_turn>(a->strand);
+    auto progress = std::make_shared<turn_progress>();
+    auto entry = std::make_shared<running_turn>(a->strand, progress);
     {
         std::lock_guard lock(running_mutex);
         running[rec.turn_id] = entry;
@@ -115,7 +119,6 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     deadline.async_wait([entry](boost::system::error_code ec) {
         if (!ec) entry->stop(running_turn::reason::timed_out);
     });
-    auto progress = std::make_shared<turn_progress>();
     try {
         auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
         co_await db.run(std::move(mark));

@@ -198,6 +198,12 @@ BOOST_FIXTURE_TEST_CASE(streamed_text_reports_deltas_in_order, openai_fixture) {
     const auto& body = reqs[0].body.as_object();
     BOOST_TEST(body.at("stream") == true);
     BOOST_TEST(body.at("stream_options") == (json::object{{"include_usage", true}}));
+
+    // A compatible server that ignores stream:true and answers with one JSON object still works.
+    deltas.clear();
+    server.push(fake_reply::completion("all at once"));
+    BOOST_TEST(complete().text == "all at once");
+    BOOST_TEST(deltas == std::vector<std::string>{"all at once"});
 }
 
 BOOST_FIXTURE_TEST_CASE(stream_cut_inside_utf8_characters_and_crlf_lines, openai_fixture) {

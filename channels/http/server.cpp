@@ -23,15 +23,6 @@ using asio::ip::tcp;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) !=
-            std::tolower(static_cast<unsigned char>(b[i])))
-            return false;
-    return true;
-}
-
 // What a failed read deserves: an error reply, or (nullopt) a silent close.
 std::optional<http::reply> read_failure_reply(const boost::system::error_code& ec, bool got_bytes) {
     if (ec == bhttp::error::body_limit)
@@ -149,7 +140,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         if (deadline.disarm()) hec = beast::error::timeout;
         if (!hec && !parser.is_done()) {
             auto expect = parser.get()[bhttp::field::expect];
-            if (iequals(expect, "100-continue")) {
+            if (beast::iequals(expect, "100-continue")) {
                 bhttp::response<bhttp::empty_body> cont{bhttp::status::continue_,
                                                         parser.get().version()};
                 co_await bhttp::async_write(stream, cont, use_tuple);

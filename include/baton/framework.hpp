@@ -33,6 +33,7 @@ struct turn_progress {
     std::string reply;
     std::int64_t steps = 0;
     baton::usage usage;
+    std::string stop_reason; // set by whoever cancels the turn: "stopped", "timed_out"
 };
 
 // One inbound message, from whichever channel.

@@ -221,8 +221,10 @@ struct stream_state {
     bool delivered = false;
 
     void head(const http_response& h) {
-        auto type = h.header("content-type").value_or("");
-        sse = h.status == 200 && type.substr(0, 17) == "text/event-stream";
+        std::string type(h.header("content-type").value_or("").substr(0, 17));
+        std::transform(type.begin(), type.end(), type.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        sse = h.status == 200 && type == "text/event-stream";
     }
 
     void piece(std::string_view bytes) {
