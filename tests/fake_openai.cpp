@@ -36,15 +36,6 @@ namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) !=
-            std::tolower(static_cast<unsigned char>(b[i])))
-            return false;
-    return true;
-}
-
 // Server coroutines run on the fake's own thread: report escapes on stderr, not through
 // Boost.Test, which is not thread-safe.
 void report(std::exception_ptr e) {
@@ -66,7 +57,7 @@ std::string hex(std::size_t n) {
 
 std::optional<std::string> recorded_request::header(std::string_view name) const {
     for (const auto& [k, v] : headers)
-        if (iequals(k, name)) return v;
+        if (beast::iequals(k, name)) return v;
     return std::nullopt;
 }
 

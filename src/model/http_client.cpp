@@ -44,15 +44,6 @@ namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 constexpr std::uint64_t body_limit = 64 * 1024 * 1024;
 
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) !=
-            std::tolower(static_cast<unsigned char>(b[i])))
-            return false;
-    return true;
-}
-
 struct target {
     bool tls = false;
     std::string host; // a name or an address, without IPv6 brackets
@@ -98,7 +89,7 @@ bhttp::request<bhttp::string_body> make_request(const std::string& method, const
     req.version(11);
     req.set(bhttp::field::host, t.host_header);
     for (auto& [name, value] : headers) {
-        if (iequals(name, "host"))
+        if (beast::iequals(name, "host"))
             req.set(bhttp::field::host, value);
         else
             req.insert(name, value);
@@ -232,7 +223,7 @@ asio::awaitable<void> exchange(Stream& s, connection& c, bhttp::request<bhttp::s
 
 std::optional<std::string_view> http_response::header(std::string_view name) const {
     for (const auto& [k, v] : headers)
-        if (iequals(k, name)) return std::string_view(v);
+        if (beast::iequals(k, name)) return std::string_view(v);
     return std::nullopt;
 }
 
