@@ -122,7 +122,7 @@ struct turn_result {
     bool direct_command = false;
 };
 
-// A plugin: any subset of hooks; an empty std::function means "not implemented here".
+// A plugin: any subset of hooks; an empty std::function leaves that hook to the other plugins.
 struct plugin {
     template <class T> using hook = std::function<T>;
     std::string name;
