@@ -3,19 +3,73 @@
 
 #include <boost/json.hpp>
 
+#include <initializer_list>
 #include <iostream>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace baton::bench {
 
+// `--name VALUE` or `--name=VALUE` options and bare `--flag`s, in any order.
 struct options {
     std::vector<std::string> args;
-    // `--name VALUE` as a number, or `fallback`.
+
+    // The value of `--name`, or nullopt when absent.
+    std::optional<std::string> value(std::string_view name) const {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            std::string_view a = args[i];
+            if (a == name) {
+                if (i + 1 >= args.size())
+                    throw std::invalid_argument(std::string(name) + " needs a value");
+                return args[i + 1];
+            }
+            if (a.size() > name.size() && a.starts_with(name) && a[name.size()] == '=')
+                return std::string(a.substr(name.size() + 1));
+        }
+        return std::nullopt;
+    }
+    std::string text(std::string_view name, std::string fallback) const {
+        auto v = value(name);
+        return v ? *v : fallback;
+    }
+    // `--name VALUE` as a number, or `fallback`; a value that is not a number is an error.
     double number(const std::string& name, double fallback) const {
-        for (std::size_t i = 0; i + 1 < args.size(); ++i)
-            if (args[i] == name) return std::stod(args[i + 1]);
-        return fallback;
+        auto v = value(name);
+        if (!v) return fallback;
+        std::size_t used = 0;
+        double d = 0;
+        try {
+            d = std::stod(*v, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        if (used == 0 || used != v->size()) throw std::invalid_argument(name + ": expected a number");
+        return d;
+    }
+    bool flag(std::string_view name) const {
+        for (const auto& a : args)
+            if (a == name) return true;
+        return false;
+    }
+    // Throws on an argument that is neither one of `valued` (with its value) nor one of `flags`.
+    void only(std::initializer_list<std::string_view> valued,
+              std::initializer_list<std::string_view> flags = {}) const {
+        for (std::size_t i = 0; i < args.size(); ++i) {
+            std::string_view a = args[i];
+            std::string_view name = a.substr(0, a.find('='));
+            bool ok = false;
+            for (auto v : valued)
+                if (name == v) {
+                    ok = true;
+                    if (name == a) ++i; // the value is the next argument
+                }
+            for (auto f : flags)
+                ok = ok || a == f;
+            if (!ok) throw std::invalid_argument("unknown option " + std::string(a));
+        }
     }
 };
 
@@ -24,5 +78,8 @@ inline void print_json(const boost::json::object& o) {
 }
 
 int run_pipeline(const options& opt);
+int run_mock_model(const options& opt);
+int run_load(const options& opt);
+int run_memory(const options& opt);
 
 } // namespace baton::bench

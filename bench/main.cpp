@@ -1,5 +1,6 @@
-// baton-bench: `pipeline` (in-process turn throughput). More commands arrive with the benchmark
-// issue: mock-model, load, memory.
+// baton-bench: pipeline (in-process turn throughput), embedded (baton as a library against an
+// OpenAI-compatible server, for bench/peers/run), mock-model (a fast OpenAI-compatible server), load
+// (closed-loop load against a running daemon), memory (the daemon's RSS per session and connection).
 #include "bench/bench.hpp"
 
 #include <exception>
@@ -8,23 +9,52 @@ namespace baton::bench {
 int run_embedded(const options& opt); // bench/embedded.cpp
 }
 
+namespace {
+const char* usage_text = R"(usage: baton-bench <command> [options]
+
+  pipeline [--seconds S] [--threads N] [--sessions K]
+      turns through the seven-stage pipeline in-process (memory store, null model)
+  mock-model [--listen HOST:PORT] [--delay-ms D] [--threads N] [--chunks K]
+      a deterministic OpenAI-compatible chat-completions server (default 127.0.0.1:0); prints
+      `listening on http://HOST:PORT`; stops on SIGINT/SIGTERM and prints its request count
+  load [--url URL] [--clients C] [--sessions K] [--turns N] [--seconds S] [--mode poll|sse|ws]
+       [--pid PID] [--text T] [--warmup N] [--threads N] [--timeout-ms T]
+      closed-loop load against a running daemon (default http://127.0.0.1:8080, 50 clients,
+      K = C sessions, 10000 turns); with --pid, the daemon's CPU per turn and RSS.
+      Exit 0 without errors, 1 with errors, 2 on misuse or an unsupported endpoint
+  memory [--baton PATH] [--sessions N] [--connections M]
+      starts `baton serve` on a temp dir and measures its idle RSS, RSS per idle session
+      (default 10000) and per WebSocket connection (default 10000)
+  embedded --model-url URL [--turns T] [--clients C] [--warmup W] [--stream 0|1] [--threads N]
+      baton as a library: C sessions run T turns (model call, `lookup` tool, model call) against
+      an OpenAI-compatible server (the mock); this process's CPU per turn (bench/peers/run)
+
+Each command prints readable lines and, last, one JSON object on one line.
+)";
+} // namespace
+
 int main(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-        std::cout << "usage: baton-bench pipeline [--seconds S] [--threads N] [--sessions K]\n"
-                     "       baton-bench embedded --model-url URL [--turns T] [--clients C] "
-                     "[--warmup W] [--stream 0|1] [--threads N]\n";
+        (args.empty() ? std::cerr : std::cout) << usage_text;
         return args.empty() ? 2 : 0;
     }
     std::string cmd = args.front();
     baton::bench::options opt{{args.begin() + 1, args.end()}};
+    if (opt.flag("--help") || opt.flag("-h")) {
+        std::cout << usage_text;
+        return 0;
+    }
     try {
         if (cmd == "pipeline") return baton::bench::run_pipeline(opt);
+        if (cmd == "mock-model") return baton::bench::run_mock_model(opt);
+        if (cmd == "load") return baton::bench::run_load(opt);
+        if (cmd == "memory") return baton::bench::run_memory(opt);
         if (cmd == "embedded") return baton::bench::run_embedded(opt);
     } catch (const std::exception& e) {
-        std::cerr << "baton-bench: " << e.what() << "\n";
+        std::cerr << "baton-bench " << cmd << ": " << e.what() << "\n";
         return 2;
     }
-    std::cerr << "baton-bench: unknown command " << cmd << "\n";
+    std::cerr << "baton-bench: unknown command " << cmd << "\n" << usage_text;
     return 2;
 }

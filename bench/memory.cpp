@@ -1,0 +1,309 @@
+// `baton-bench memory`: the real daemon's memory. Starts `baton serve` on 127.0.0.1:0 with a temp
+// data dir, measures its idle RSS, then the RSS per idle session (one message posted to each of N
+// sessions, all turns finished) and per open WebSocket connection to /v1/ws (M of them; reported as
+// not available while the daemon refuses the upgrade). Stops the daemon it started with SIGTERM.
+#include "bench/bench.hpp"
+#include "bench/measure.hpp"
+#include "bench/net.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+extern char** environ;
+
+namespace baton::bench {
+
+namespace json = boost::json;
+namespace fs = std::filesystem;
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// A temp directory removed with everything in it.
+struct temp_dir {
+    fs::path path;
+    temp_dir() {
+        std::string tmpl = (fs::temp_directory_path() / "baton-bench-memory-XXXXXX").string();
+        if (!mkdtemp(tmpl.data()))
+            throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
+        path = tmpl;
+    }
+    ~temp_dir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+// The daemon this command started: stopped (SIGTERM, then SIGKILL after 15 s) on destruction.
+struct daemon_process {
+    pid_t pid = -1;
+    int out = -1; // its stdout; kept open so that a later line never meets a closed pipe
+    int status = 0;
+
+    ~daemon_process() { stop(); }
+
+    // SIGTERM and wait; returns the exit status (or -1 when killed after the grace period).
+    int stop() {
+        if (pid > 0) {
+            kill(pid, SIGTERM);
+            auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+            pid_t r = 0;
+            while ((r = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            if (r == 0) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                status = -1;
+            }
+            pid = -1;
+        }
+        if (out >= 0) close(out);
+        out = -1;
+        return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+};
+
+std::string default_baton_path() {
+    std::error_code ec;
+    auto self = fs::read_symlink("/proc/self/exe", ec);
+    return ec ? "baton" : (self.parent_path() / "baton").string();
+}
+
+// Starts `baton serve --listen 127.0.0.1:0 --data DIR`, stderr to `log`, without BATON_MODEL (the
+// embedded echo model), and returns its stdout's first line.
+std::string start_daemon(daemon_process& d, const std::string& baton, const fs::path& data,
+                         const fs::path& log) {
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<std::string> args{baton, "serve", "--listen", "127.0.0.1:0", "--data", data.string()};
+    std::vector<char*> argv;
+    for (auto& a : args)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "BATON_MODEL", 11) != 0) envp.push_back(*e);
+    envp.push_back(nullptr);
+    int rc = posix_spawn(&d.pid, baton.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    d.out = fds[0];
+    if (rc != 0) {
+        d.pid = -1;
+        throw std::runtime_error("cannot start " + baton + ": " + std::strerror(rc));
+    }
+    std::string line;
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (line.find('\n') == std::string::npos) {
+        auto left = std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
+        pollfd p{d.out, POLLIN, 0};
+        if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
+            throw std::runtime_error(
+                "the daemon did not print its address within 20 s (log: " + log.string() + ")");
+        char buf[256];
+        auto n = read(d.out, buf, sizeof buf);
+        if (n <= 0)
+            throw std::runtime_error("the daemon exited before listening (log: " + log.string() + ")");
+        line.append(buf, static_cast<std::size_t>(n));
+    }
+    return line.substr(0, line.find('\n'));
+}
+
+// Runs one coroutine on `ctx` to completion.
+template <class T> T run(asio::io_context& ctx, asio::awaitable<T> a) {
+    std::optional<T> result;
+    std::exception_ptr error;
+    asio::co_spawn(ctx, std::move(a), [&](std::exception_ptr e, T v) {
+        error = e;
+        if (!e) result = std::move(v);
+    });
+    ctx.run();
+    ctx.restart();
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+}
+
+asio::awaitable<bool> wait_healthy(http_connection& c) {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i = 0; i < 200; ++i) {
+        auto [ec, r] = co_await c.request(method_get, "/healthz", {}, milliseconds(2000));
+        if (!ec && r.status == 200) co_return true;
+        t.expires_after(milliseconds(50));
+        co_await t.async_wait(use_tuple);
+    }
+    co_return false;
+}
+
+std::string field(std::string_view body, std::string_view key) {
+    boost::system::error_code ec;
+    auto v = json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    auto f = v.get_object().if_contains(key);
+    return f && f->is_string() ? std::string(f->get_string()) : std::string();
+}
+
+// Posts one message to each of sessions mem-<i> it claims and waits for its turn to be terminal.
+asio::awaitable<void> session_worker(http_url url, std::atomic<int>& next, int total, int& errors) {
+    http_connection c(co_await asio::this_coro::executor, url.host, url.port);
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    for (int i; (i = next++) < total;) {
+        std::string body = json::serialize(json::object{{"text", "hello"}});
+        auto [ec, r] =
+            co_await c.request(method_post, "/v1/sessions/mem-" + std::to_string(i) + "/messages",
+                               std::move(body), milliseconds(60000));
+        auto tid = ec || r.status != 202 ? std::string() : field(r.body, "turn_id");
+        if (tid.empty()) {
+            ++errors;
+            continue;
+        }
+        for (milliseconds delay{1};; delay = std::min(delay * 2, milliseconds(20))) {
+            auto [pec, pr] = co_await c.request(method_get, "/v1/turns/" + tid, {}, milliseconds(60000));
+            auto status = pec || pr.status != 200 ? std::string("error") : field(pr.body, "status");
+            if (status != "queued" && status != "running") {
+                if (status != "completed") ++errors;
+                break;
+            }
+            t.expires_after(delay);
+            co_await t.async_wait(use_tuple);
+        }
+    }
+}
+
+// Opens WebSocket connections until `total` are open (or one fails); they stay in `conns`.
+asio::awaitable<void> ws_worker(http_url url, std::atomic<int>& next, int total,
+                                std::vector<std::unique_ptr<ws_connection>>& conns, int& errors) {
+    auto ex = co_await asio::this_coro::executor;
+    while (next++ < total) {
+        auto c = std::make_unique<ws_connection>(ex, url.host, url.port);
+        auto [ec, status] = co_await c->connect("/v1/ws", milliseconds(10000));
+        if (ec) {
+            ++errors;
+            continue;
+        }
+        conns.push_back(std::move(c));
+    }
+}
+
+void settle(milliseconds d) {
+    std::this_thread::sleep_for(d);
+}
+} // namespace
+
+int run_memory(const options& opt) {
+    opt.only({"--baton", "--sessions", "--connections", "--concurrency", "--settle-ms"});
+    std::string baton = opt.text("--baton", default_baton_path());
+    int sessions = static_cast<int>(opt.number("--sessions", 10000));
+    int connections = static_cast<int>(opt.number("--connections", 10000));
+    int concurrency = static_cast<int>(opt.number("--concurrency", 32));
+    milliseconds settle_time(static_cast<long>(opt.number("--settle-ms", 1000)));
+    if (sessions < 1 || connections < 0 || concurrency < 1) {
+        std::cerr << "baton-bench memory: --sessions >= 1, --connections >= 0, --concurrency >= 1\n";
+        return 2;
+    }
+    // Before the daemon starts, so that it inherits the raised limit too.
+    auto fd_limit = raise_fd_limit();
+    temp_dir dir;
+    daemon_process daemon;
+    auto line = start_daemon(daemon, baton, dir.path / "data", dir.path / "daemon.log");
+    constexpr std::string_view prefix = "listening on ";
+    auto url = line.starts_with(prefix) ? parse_http_url(line.substr(prefix.size())) : std::nullopt;
+    if (!url) throw std::runtime_error("unexpected first line from the daemon: " + line);
+    std::cout << "daemon pid " << daemon.pid << " " << line << "\n";
+
+    asio::io_context ctx(1);
+    http_connection probe(ctx.get_executor(), url->host, url->port);
+    if (!run(ctx, wait_healthy(probe))) throw std::runtime_error("GET /healthz never answered 200");
+    probe.close();
+    settle(settle_time / 2);
+    auto idle = read_proc(daemon.pid);
+    std::cout << "idle RSS: " << idle.rss_mb << " MB\n";
+
+    std::atomic<int> next{0};
+    int session_errors = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < std::min(concurrency, sessions); ++i)
+        asio::co_spawn(ctx, session_worker(*url, next, sessions, session_errors),
+                       [](std::exception_ptr e) {
+                           if (e) std::rethrow_exception(e);
+                       });
+    ctx.run();
+    ctx.restart();
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    settle(settle_time);
+    auto after = read_proc(daemon.pid);
+    double per_session =
+        (static_cast<double>(after.rss_bytes) - static_cast<double>(idle.rss_bytes)) / sessions;
+    std::cout << sessions << " sessions in " << secs << " s (" << session_errors << " errors): RSS "
+              << after.rss_mb << " MB, " << per_session << " bytes per session\n";
+
+    json::value per_conn = nullptr;
+    std::string ws_state = "not available";
+    std::vector<std::unique_ptr<ws_connection>> conns;
+    int ws_errors = 0;
+    if (connections > 0) {
+        auto first = std::make_unique<ws_connection>(ctx.get_executor(), url->host, url->port);
+        auto [ec, status] = run(ctx, first->connect("/v1/ws", milliseconds(10000)));
+        if (ec) {
+            std::cout << "WebSocket: not available (/v1/ws answered "
+                      << (status > 0 ? "HTTP " + std::to_string(status) : ec.message()) << ")\n";
+        } else {
+            ws_state = "available";
+            conns.push_back(std::move(first));
+            next = 1;
+            for (int i = 0; i < std::min(concurrency, connections); ++i)
+                asio::co_spawn(ctx, ws_worker(*url, next, connections, conns, ws_errors),
+                               [](std::exception_ptr e) {
+                                   if (e) std::rethrow_exception(e);
+                               });
+            ctx.run();
+            ctx.restart();
+            settle(settle_time);
+            auto with_ws = read_proc(daemon.pid);
+            double d = static_cast<double>(with_ws.rss_bytes) - static_cast<double>(after.rss_bytes);
+            per_conn = conns.empty() ? 0.0 : d / static_cast<double>(conns.size());
+            std::cout << conns.size() << " WebSocket connections (" << ws_errors << " failed, fd limit "
+                      << fd_limit << "): RSS " << with_ws.rss_mb << " MB, " << per_conn.as_double()
+                      << " bytes per connection\n";
+        }
+    }
+    auto peak = read_proc(daemon.pid);
+    std::size_t opened = conns.size();
+    conns.clear();
+    int exit_status = daemon.stop();
+    std::cout << "daemon stopped (exit " << exit_status << "), peak RSS " << peak.hwm_mb << " MB\n";
+    int errors = session_errors + ws_errors;
+    print_json({{"bench", "memory"},
+                {"idle_rss_mb", idle.rss_mb},
+                {"rss_after_sessions_mb", after.rss_mb},
+                {"rss_per_session_bytes", per_session},
+                {"sessions", sessions},
+                {"session_seconds", secs},
+                {"ws", ws_state},
+                {"rss_per_ws_conn_bytes", per_conn},
+                {"connections", opened},
+                {"peak_rss_mb", peak.hwm_mb},
+                {"errors", errors},
+                {"daemon_exit", exit_status}});
+    return errors > 0 || exit_status != 0 ? 1 : 0;
+}
+
+} // namespace baton::bench

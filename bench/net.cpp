@@ -1,0 +1,251 @@
+// One of the two bench files that include Beast (the other is mock_model.cpp).
+#include "bench/net.hpp"
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+namespace baton::bench {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace websocket = boost::beast::websocket;
+using asio::ip::tcp;
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// Errors that mean "the server closed this keep-alive connection", worth one more try.
+bool closed_by_peer(const error_code& ec) {
+    return ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+           ec == asio::error::connection_reset || ec == asio::error::broken_pipe ||
+           ec == bhttp::error::partial_message;
+}
+} // namespace
+
+std::optional<http_url> parse_http_url(std::string_view url) {
+    constexpr std::string_view scheme = "http://";
+    if (!url.starts_with(scheme)) return std::nullopt;
+    url.remove_prefix(scheme.size());
+    auto slash = url.find('/');
+    std::string_view authority = url.substr(0, slash);
+    http_url u;
+    if (slash != std::string_view::npos) u.path = std::string(url.substr(slash));
+    while (!u.path.empty() && u.path.back() == '/')
+        u.path.pop_back();
+    auto colon = authority.rfind(':');
+    if (colon == std::string_view::npos || authority.find(']', colon) != std::string_view::npos) {
+        u.host = std::string(authority);
+        u.port = "80";
+    } else {
+        u.host = std::string(authority.substr(0, colon));
+        u.port = std::string(authority.substr(colon + 1));
+    }
+    if (u.host.size() > 2 && u.host.front() == '[' && u.host.back() == ']')
+        u.host = u.host.substr(1, u.host.size() - 2);
+    if (u.host.empty() || u.port.empty()) return std::nullopt;
+    return u;
+}
+
+struct http_connection::impl {
+    impl(asio::any_io_executor ex, std::string h, std::string p)
+        : resolver(ex), stream(ex), host(std::move(h)), port(std::move(p)) {}
+
+    tcp::resolver resolver;
+    tcp::resolver::results_type endpoints;
+    beast::tcp_stream stream;
+    beast::flat_buffer buffer;
+    std::string host;
+    std::string port;
+    bool open = false;
+    std::size_t connects = 0;
+
+    asio::awaitable<error_code> ensure_open(milliseconds timeout) {
+        if (open) co_return error_code{};
+        if (endpoints.empty()) {
+            auto [ec, results] = co_await resolver.async_resolve(host, port, use_tuple);
+            if (ec) co_return ec;
+            endpoints = std::move(results);
+        }
+        stream.expires_after(timeout);
+        auto [ec, ep] = co_await stream.async_connect(endpoints, use_tuple);
+        if (ec) {
+            reset();
+            co_return ec;
+        }
+        error_code ignored;
+        stream.socket().set_option(tcp::no_delay(true), ignored);
+        buffer.clear();
+        open = true;
+        ++connects;
+        co_return error_code{};
+    }
+
+    void reset() {
+        error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+        stream.close();
+        buffer.clear();
+        open = false;
+    }
+
+    bhttp::request<bhttp::string_body> make(std::string_view method, const std::string& target) {
+        bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
+        req.set(bhttp::field::host, host + ":" + port);
+        req.set(bhttp::field::user_agent, "baton-bench");
+        req.keep_alive(true);
+        return req;
+    }
+};
+
+http_connection::http_connection(asio::any_io_executor ex, std::string host, std::string port)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(host), std::move(port))) {}
+http_connection::~http_connection() = default;
+
+std::size_t http_connection::connects() const {
+    return impl_->connects;
+}
+void http_connection::close() {
+    impl_->reset();
+}
+
+asio::awaitable<std::pair<error_code, http_reply>> http_connection::request(std::string_view method,
+                                                                            std::string target,
+                                                                            std::string body,
+                                                                            milliseconds timeout) {
+    auto& c = *impl_;
+    for (int attempt = 0;; ++attempt) {
+        bool reused = c.open;
+        if (auto ec = co_await c.ensure_open(timeout)) co_return std::pair{ec, http_reply{}};
+        auto req = c.make(method, target);
+        if (!body.empty()) {
+            req.set(bhttp::field::content_type, "application/json");
+            req.body() = body;
+        }
+        req.prepare_payload();
+        c.stream.expires_after(timeout);
+        auto [ec, written] = co_await bhttp::async_write(c.stream, req, use_tuple);
+        if (!ec) {
+            bhttp::response_parser<bhttp::string_body> parser;
+            parser.body_limit(64 * 1024 * 1024);
+            auto [rec, read] = co_await bhttp::async_read(c.stream, c.buffer, parser, use_tuple);
+            if (!rec) {
+                auto& res = parser.get();
+                c.stream.expires_never();
+                if (!res.keep_alive()) c.reset();
+                co_return std::pair{error_code{}, http_reply{res.result_int(), std::move(res.body())}};
+            }
+            ec = rec;
+        }
+        c.reset();
+        if (!(reused && attempt == 0 && closed_by_peer(ec))) co_return std::pair{ec, http_reply{}};
+    }
+}
+
+asio::awaitable<std::pair<error_code, http_reply>>
+http_connection::events(std::string target, const std::function<bool(const sse_event&)>& on_event,
+                        milliseconds timeout) {
+    auto& c = *impl_;
+    if (auto ec = co_await c.ensure_open(timeout)) co_return std::pair{ec, http_reply{}};
+    auto req = c.make("GET", target);
+    req.set(bhttp::field::accept, "text/event-stream");
+    req.prepare_payload();
+    c.stream.expires_after(timeout);
+    auto [ec, written] = co_await bhttp::async_write(c.stream, req, use_tuple);
+    bhttp::response_parser<bhttp::string_body> parser;
+    parser.body_limit(boost::none);
+    if (!ec)
+        std::tie(ec, written) = co_await bhttp::async_read_header(c.stream, c.buffer, parser, use_tuple);
+    if (ec) {
+        c.reset();
+        co_return std::pair{ec, http_reply{}};
+    }
+    if (parser.get().result_int() != 200) {
+        std::tie(ec, written) = co_await bhttp::async_read(c.stream, c.buffer, parser, use_tuple);
+        auto& res = parser.get();
+        if (ec || !res.keep_alive()) c.reset();
+        c.stream.expires_never();
+        co_return std::pair{ec, http_reply{res.result_int(), std::move(res.body())}};
+    }
+    sse_parser sse;
+    bool stopped = false;
+    while (!parser.is_done()) {
+        std::tie(ec, written) = co_await bhttp::async_read_some(c.stream, c.buffer, parser, use_tuple);
+        if (ec) {
+            c.reset();
+            // After the wanted event a server that keeps the stream open costs the connection only.
+            co_return std::pair{stopped ? error_code{} : ec, http_reply{200, {}}};
+        }
+        // The body so far is taken and cleared: string_body's reader appends to it.
+        auto& body = parser.get().body();
+        if (!stopped && !body.empty())
+            for (const auto& ev : sse.feed(body))
+                if (!stopped && !on_event(ev)) {
+                    stopped = true;
+                    // The stream should end right after; do not wait for it long.
+                    c.stream.expires_after(std::chrono::seconds(1));
+                }
+        body.clear();
+    }
+    c.stream.expires_never();
+    if (!parser.get().keep_alive()) c.reset();
+    co_return std::pair{error_code{}, http_reply{200, {}}};
+}
+
+struct ws_connection::impl {
+    impl(asio::any_io_executor ex, std::string h, std::string p)
+        : resolver(ex), ws(ex), host(std::move(h)), port(std::move(p)) {}
+    tcp::resolver resolver;
+    websocket::stream<beast::tcp_stream> ws;
+    beast::flat_buffer buffer;
+    std::string host;
+    std::string port;
+};
+
+ws_connection::ws_connection(asio::any_io_executor ex, std::string host, std::string port)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(host), std::move(port))) {}
+ws_connection::~ws_connection() = default;
+
+asio::awaitable<std::pair<error_code, unsigned>>
+ws_connection::connect(std::string target, milliseconds timeout, std::optional<milliseconds> idle) {
+    auto& c = *impl_;
+    auto [rec, endpoints] = co_await c.resolver.async_resolve(c.host, c.port, use_tuple);
+    if (rec) co_return std::pair{rec, 0u};
+    auto& tcp_layer = beast::get_lowest_layer(c.ws);
+    tcp_layer.expires_after(timeout);
+    auto [ec, ep] = co_await tcp_layer.async_connect(endpoints, use_tuple);
+    if (ec) co_return std::pair{ec, 0u};
+    error_code ignored;
+    tcp_layer.socket().set_option(tcp::no_delay(true), ignored);
+    websocket::response_type res;
+    std::tie(ec) = co_await c.ws.async_handshake(res, c.host + ":" + c.port, target, use_tuple);
+    if (ec) {
+        tcp_layer.close();
+        co_return std::pair{ec, res.result_int()};
+    }
+    // From here the websocket stream's own timeouts apply, not the TCP layer's.
+    tcp_layer.expires_never();
+    auto opt = websocket::stream_base::timeout::suggested(beast::role_type::client);
+    if (idle) opt.idle_timeout = *idle;
+    c.ws.set_option(opt);
+    c.ws.text(true);
+    co_return std::pair{error_code{}, res.result_int()};
+}
+
+asio::awaitable<error_code> ws_connection::send(std::string text) {
+    auto [ec, n] = co_await impl_->ws.async_write(asio::buffer(text), use_tuple);
+    co_return ec;
+}
+
+asio::awaitable<std::pair<error_code, std::string>> ws_connection::receive() {
+    auto& c = *impl_;
+    c.buffer.clear();
+    auto [ec, n] = co_await c.ws.async_read(c.buffer, use_tuple);
+    if (ec) co_return std::pair{ec, std::string{}};
+    co_return std::pair{error_code{}, beast::buffers_to_string(c.buffer.data())};
+}
+
+} // namespace baton::bench

@@ -1,0 +1,96 @@
+// Client sides for the benchmarks: one keep-alive HTTP/1.1 connection (plain requests and SSE
+// streams) and one WebSocket connection, each to one host and port. Beast stays in net.cpp.
+// Not thread-safe: use each object from one coroutine (or strand) at a time.
+#pragma once
+
+#include <baton/sse.hpp>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/system/error_code.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace baton::bench {
+
+namespace asio = boost::asio;
+using boost::system::error_code;
+using std::chrono::milliseconds;
+
+// http://HOST:PORT[/PATH] (no TLS): host, port ("80" when absent) and path ("" when absent).
+struct http_url {
+    std::string host;
+    std::string port;
+    std::string path;
+};
+std::optional<http_url> parse_http_url(std::string_view url);
+
+struct http_reply {
+    unsigned status = 0;
+    std::string body;
+};
+
+// Methods for request(), named: keeps literals out of co_await expressions (g++ 12 coroutine bugs).
+inline constexpr std::string_view method_get = "GET";
+inline constexpr std::string_view method_post = "POST";
+
+class http_connection {
+public:
+    http_connection(asio::any_io_executor ex, std::string host, std::string port);
+    ~http_connection();
+    http_connection(const http_connection&) = delete;
+    http_connection& operator=(const http_connection&) = delete;
+
+    // One request; `timeout` bounds connect + write + read. A JSON body gets its Content-Type.
+    // A reused connection the server closed meanwhile is retried once on a new one.
+    // Cancellation: none beyond the timeout (the connection is then closed).
+    asio::awaitable<std::pair<error_code, http_reply>>
+    request(std::string_view method, std::string target, std::string body, milliseconds timeout);
+
+    // GET `target` as Server-Sent Events: calls `on_event` per event until it returns false or the
+    // stream ends; `timeout` bounds the whole exchange. A non-200 answer comes back whole (status
+    // and body) without any call; a 200 comes back with an empty body.
+    asio::awaitable<std::pair<error_code, http_reply>>
+    events(std::string target, const std::function<bool(const sse_event&)>& on_event,
+           milliseconds timeout);
+
+    // TCP connections made so far (1 when keep-alive held all along).
+    std::size_t connects() const;
+    void close();
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+class ws_connection {
+public:
+    ws_connection(asio::any_io_executor ex, std::string host, std::string port);
+    ~ws_connection();
+    ws_connection(const ws_connection&) = delete;
+    ws_connection& operator=(const ws_connection&) = delete;
+
+    // Connects and upgrades within `timeout`. Returns the HTTP status of the answer (101 on
+    // success); a refused upgrade gives an error and the status the server sent (404, ...).
+    // With `idle`, a later receive() fails when nothing arrives for that long.
+    asio::awaitable<std::pair<error_code, unsigned>> connect(std::string target, milliseconds timeout,
+                                                             std::optional<milliseconds> idle = {});
+
+    asio::awaitable<error_code> send(std::string text);
+    // The next text or binary message.
+    asio::awaitable<std::pair<error_code, std::string>> receive();
+
+    struct impl;
+
+private:
+    std::unique_ptr<impl> impl_;
+};
+
+} // namespace baton::bench
