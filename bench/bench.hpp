@@ -73,6 +73,15 @@ struct options {
     }
 };
 
+// `key` of a JSON object text, when it is a string; "" otherwise.
+inline std::string json_field(std::string_view text, std::string_view key) {
+    boost::system::error_code ec;
+    auto v = boost::json::parse(text, ec);
+    if (ec || !v.is_object()) return {};
+    auto f = v.get_object().if_contains(key);
+    return f && f->is_string() ? std::string(f->get_string()) : std::string();
+}
+
 inline void print_json(const boost::json::object& o) {
     std::cout << boost::json::serialize(o) << std::endl;
 }

@@ -112,19 +112,6 @@ double ms_since(clock_type::time_point t0) {
     return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
 }
 
-bool terminal(std::string_view s) {
-    return s == "completed" || s == "stopped" || s == "failed" || s == "timed_out" || s == "step_limit";
-}
-
-// `key` of a JSON object body, as a string ("" when absent or not a string).
-std::string field(std::string_view body, std::string_view key) {
-    boost::system::error_code ec;
-    auto v = json::parse(body, ec);
-    if (ec || !v.is_object()) return {};
-    auto f = v.get_object().if_contains(key);
-    return f && f->is_string() ? std::string(f->get_string()) : std::string();
-}
-
 // The error kind of a non-2xx answer: "http_429_session_queue_full".
 std::string http_error(std::string_view prefix, const http_reply& r) {
     std::string kind = std::string(prefix) + std::to_string(r.status);
@@ -153,41 +140,21 @@ asio::awaitable<std::string> post_message(client& c, const load_settings& s, clo
         co_return std::string();
     }
     r.accept_ms = ms_since(t0);
-    auto tid = field(reply.body, "turn_id");
+    auto tid = json_field(reply.body, "turn_id");
     if (tid.empty()) r.error = "bad_response";
     co_return tid;
 }
 
-// Poll right after the 202, then back off 1 ms doubling up to 20 ms.
 asio::awaitable<void> wait_poll(client& c, const load_settings& s, const std::string& tid,
                                 clock_type::time_point t0, turn_result& r) {
-    auto ex = co_await asio::this_coro::executor;
-    asio::steady_timer timer(ex);
-    milliseconds delay{0};
-    for (;;) {
-        if (delay.count() > 0) {
-            timer.expires_after(delay);
-            co_await timer.async_wait(use_tuple);
-        }
-        auto [ec, reply] =
-            co_await c.http->request(method_get, s.url.path + "/v1/turns/" + tid, {}, s.timeout);
-        ++r.polls;
-        if (ec) {
-            r.error = "connection: " + ec.message();
-            co_return;
-        }
-        if (reply.status != 200) {
-            r.error = http_error("poll_http_", reply);
-            co_return;
-        }
-        auto status = field(reply.body, "status");
-        if (terminal(status)) {
-            r.done_ms = ms_since(t0);
-            r.status = status;
-            co_return;
-        }
-        delay = delay.count() == 0 ? milliseconds(1) : std::min(delay * 2, milliseconds(20));
-    }
+    auto p = co_await poll_turn(*c.http, s.url.path, tid, s.timeout);
+    r.polls = p.polls;
+    if (p.ec)
+        r.error = "connection: " + p.ec.message();
+    else if (p.last.status != 200)
+        r.error = http_error("poll_http_", p.last);
+    r.done_ms = ms_since(t0);
+    r.status = p.status;
 }
 
 // Reads the turn's events until turn.finished.
@@ -197,7 +164,7 @@ asio::awaitable<void> wait_sse(client& c, const load_settings& s, phase_state& p
     std::function<bool(const sse_event&)> on_event = [&](const sse_event& ev) {
         if (ev.event != "turn.finished") return true;
         r.done_ms = ms_since(t0);
-        r.status = field(ev.data, "status");
+        r.status = json_field(ev.data, "status");
         return false;
     };
     auto [ec, reply] = co_await c.http->events(target, on_event, s.timeout);

@@ -153,38 +153,21 @@ asio::awaitable<bool> wait_healthy(http_connection& c) {
     co_return false;
 }
 
-std::string field(std::string_view body, std::string_view key) {
-    boost::system::error_code ec;
-    auto v = json::parse(body, ec);
-    if (ec || !v.is_object()) return {};
-    auto f = v.get_object().if_contains(key);
-    return f && f->is_string() ? std::string(f->get_string()) : std::string();
-}
-
 // Posts one message to each of sessions mem-<i> it claims and waits for its turn to be terminal.
 asio::awaitable<void> session_worker(http_url url, std::atomic<int>& next, int total, int& errors) {
     http_connection c(co_await asio::this_coro::executor, url.host, url.port);
-    asio::steady_timer t(co_await asio::this_coro::executor);
     for (int i; (i = next++) < total;) {
         std::string body = json::serialize(json::object{{"text", "hello"}});
         auto [ec, r] =
             co_await c.request(method_post, "/v1/sessions/mem-" + std::to_string(i) + "/messages",
                                std::move(body), milliseconds(60000));
-        auto tid = ec || r.status != 202 ? std::string() : field(r.body, "turn_id");
+        auto tid = ec || r.status != 202 ? std::string() : json_field(r.body, "turn_id");
         if (tid.empty()) {
             ++errors;
             continue;
         }
-        for (milliseconds delay{1};; delay = std::min(delay * 2, milliseconds(20))) {
-            auto [pec, pr] = co_await c.request(method_get, "/v1/turns/" + tid, {}, milliseconds(60000));
-            auto status = pec || pr.status != 200 ? std::string("error") : field(pr.body, "status");
-            if (status != "queued" && status != "running") {
-                if (status != "completed") ++errors;
-                break;
-            }
-            t.expires_after(delay);
-            co_await t.async_wait(use_tuple);
-        }
+        auto p = co_await poll_turn(c, "", tid, milliseconds(60000));
+        if (p.status != "completed") ++errors;
     }
 }
 

@@ -1,8 +1,11 @@
 // One of the two bench files that include Beast (the other is mock_model.cpp).
 #include "bench/net.hpp"
 
+#include "bench/bench.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -193,6 +196,31 @@ http_connection::events(std::string target, const std::function<bool(const sse_e
     c.stream.expires_never();
     if (!parser.get().keep_alive()) c.reset();
     co_return std::pair{error_code{}, http_reply{200, {}}};
+}
+
+bool terminal_status(std::string_view s) {
+    return s == "completed" || s == "stopped" || s == "failed" || s == "timed_out" || s == "step_limit";
+}
+
+asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std::string tid,
+                                     milliseconds timeout) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    std::string target = prefix + "/v1/turns/" + tid;
+    turn_poll p;
+    for (milliseconds delay{0};; delay = std::clamp(delay * 2, milliseconds(1), milliseconds(20))) {
+        if (delay.count() > 0) {
+            timer.expires_after(delay);
+            co_await timer.async_wait(use_tuple);
+        }
+        std::tie(p.ec, p.last) = co_await c.request(method_get, target, {}, timeout);
+        ++p.polls;
+        if (p.ec || p.last.status != 200) co_return p;
+        auto status = json_field(p.last.body, "status");
+        if (terminal_status(status)) {
+            p.status = std::move(status);
+            co_return p;
+        }
+    }
 }
 
 struct ws_connection::impl {

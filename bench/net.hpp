@@ -10,6 +10,7 @@
 #include <boost/system/error_code.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -69,6 +70,20 @@ public:
 private:
     std::unique_ptr<impl> impl_;
 };
+
+// The daemon's turn statuses that end a turn (API.md).
+bool terminal_status(std::string_view status);
+
+// GET `prefix`/v1/turns/{tid} until the turn's status is terminal: at once, then after 1 ms
+// doubling up to 20 ms. A transport error or a non-200 answer ends the wait with an empty status.
+struct turn_poll {
+    error_code ec;
+    http_reply last;    // the last answer
+    std::string status; // the terminal status, or ""
+    std::uint32_t polls = 0;
+};
+asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std::string tid,
+                                     milliseconds timeout);
 
 class ws_connection {
 public:
