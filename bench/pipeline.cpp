@@ -1,6 +1,7 @@
 // `baton-bench pipeline`: turns through the full seven-stage pipeline in-process, on the memory
-// store and a null model, from K concurrent sessions on N threads. Reports turns/s and the
-// average wall time per stage hop (7 hops a turn, all threads together).
+// (or SQLite) store and a null model, from K concurrent sessions on N threads. Reports turns/s
+// and the average wall time per stage hop (7 hops a turn, all threads together). With
+// `--session-length N`: N turns in one session, comparing the first 100 with the last 100.
 #include "bench/bench.hpp"
 
 #include <baton/framework.hpp>
@@ -9,10 +10,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/strand.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <thread>
+
+#include <unistd.h>
 
 namespace baton::bench {
 
@@ -43,19 +48,82 @@ asio::awaitable<void> session_loop(framework& fw, std::string sid,
 }
 } // namespace
 
+namespace {
+// Runs `turns` turns one after another in one session and times the first and the last 100: the
+// cost of a turn must not grow with the length of its session.
+int run_session_length(framework& fw, std::int64_t turns, const std::string& store_name) {
+    asio::io_context ctx(1);
+    std::vector<double> us(static_cast<std::size_t>(turns));
+    auto one_session = [&]() -> asio::awaitable<void> {
+        inbound in;
+        in.session_id = "long-session";
+        in.text = "hello";
+        for (std::int64_t i = 0; i < turns; ++i) {
+            auto t0 = std::chrono::steady_clock::now();
+            co_await fw.process_inbound(in);
+            us[static_cast<std::size_t>(i)] =
+                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+        }
+    };
+    asio::co_spawn(ctx, one_session(), [](std::exception_ptr e) {
+        if (e) std::rethrow_exception(e);
+    });
+    ctx.run();
+    std::size_t window = std::min<std::size_t>(100, us.size() / 2);
+    auto median_of = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    double first = median_of({us.begin(), us.begin() + static_cast<std::ptrdiff_t>(window)});
+    double last = median_of({us.end() - static_cast<std::ptrdiff_t>(window), us.end()});
+    std::cout << "session length: " << turns << " turns in one session, " << store_name << " store\n";
+    std::cout << "median us per turn, first " << window << ": " << first << ", last " << window << ": "
+              << last << ", ratio " << (first > 0 ? last / first : 0) << "\n";
+    print_json({{"bench", "pipeline-session-length"},
+                {"store", store_name},
+                {"turns", turns},
+                {"first_us_per_turn", first},
+                {"last_us_per_turn", last},
+                {"ratio", first > 0 ? last / first : 0}});
+    return 0;
+}
+
+std::shared_ptr<store> open_store(const std::string& name, const std::filesystem::path& dir) {
+    if (name == "memory") return std::shared_ptr<store>(make_memory_store());
+    if (name == "sqlite")
+        return std::shared_ptr<store>(make_sqlite_store({(dir / "bench.db").string()}));
+    throw std::invalid_argument("--store: memory or sqlite");
+}
+} // namespace
+
 int run_pipeline(const options& opt) {
+    opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length"});
     double seconds = opt.number("--seconds", 5);
     int threads = static_cast<int>(opt.number("--threads", 2));
     int sessions = static_cast<int>(opt.number("--sessions", 64));
-    if (seconds <= 0 || threads < 1 || sessions < 1) {
-        std::cerr << "baton-bench pipeline: --seconds > 0, --threads >= 1, --sessions >= 1\n";
+    auto length = static_cast<std::int64_t>(opt.number("--session-length", 0));
+    std::string store_name = opt.text("--store", "memory");
+    if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0) {
+        std::cerr << "baton-bench pipeline: --seconds > 0, --threads >= 1, --sessions >= 1, "
+                     "--session-length >= 0\n";
         return 2;
     }
-    store_runner db{std::shared_ptr<store>(make_memory_store())};
+    auto dir = std::filesystem::temp_directory_path() /
+               ("baton-bench-" + std::to_string(::getpid()) + "-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    struct cleanup {
+        std::filesystem::path dir;
+        ~cleanup() {
+            std::error_code ec;
+            std::filesystem::remove_all(dir, ec);
+        }
+    } remove_dir{dir};
+    store_runner db{open_store(store_name, dir)};
     framework fw(db);
     agent a;
     a.model = std::make_shared<null_model>();
     fw.add_agent(a);
+    if (length > 0) return run_session_length(fw, length, store_name);
 
     asio::io_context ctx(threads);
     std::atomic<std::uint64_t> turns{0};
@@ -78,17 +146,18 @@ int run_pipeline(const options& opt) {
     double per_s = n / elapsed;
     double ns_per_hop = n > 0 ? elapsed * 1e9 * threads / (n * 7) : 0;
     std::cout << "pipeline: " << turns.load() << " turns in " << elapsed << " s on " << threads
-              << " threads, " << sessions << " sessions\n";
+              << " threads, " << sessions << " sessions, " << store_name << " store\n";
     std::cout << "turns/s: " << static_cast<std::uint64_t>(per_s) << "\n";
     std::cout << "ns per stage hop (thread time / 7 stages): " << static_cast<std::uint64_t>(ns_per_hop)
               << "\n";
-    print_json({{"bench", "pipeline"},
-                {"turns", turns.load()},
-                {"seconds", elapsed},
-                {"threads", threads},
-                {"sessions", sessions},
-                {"turns_per_s", per_s},
-                {"ns_per_stage_hop", ns_per_hop}});
+    json::object out{{"bench", "pipeline"},   {"store", store_name},
+                     {"turns", turns.load()}, {"seconds", elapsed},
+                     {"threads", threads},    {"sessions", sessions},
+                     {"turns_per_s", per_s},  {"ns_per_stage_hop", ns_per_hop}};
+    if (store_name == "sqlite")
+        out["calls_per_commit"] =
+            db.batches() ? static_cast<double>(db.calls()) / static_cast<double>(db.batches()) : 0.0;
+    print_json(out);
     return 0;
 }
 

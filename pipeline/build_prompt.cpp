@@ -15,21 +15,13 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
         p.direct_reply = std::move(*reply);
         co_return p;
     }
+    // Pinned instructions first, then the window since the last anchor, then the new message.
     for (const auto& block : ctx.agent->config.instructions)
         p.messages.push_back({"system", block});
-    for (const auto& e : ctx.history) {
-        if (e.kind == tape_kind::anchor) {
-            auto* summary = e.payload.if_contains("summary");
-            if (summary && summary->is_string() && !summary->get_string().empty())
-                p.messages.push_back({"system", std::string(summary->get_string())});
-            continue;
-        }
-        if (e.kind != tape_kind::message) continue;
-        auto* role = e.payload.if_contains("role");
-        auto* body = e.payload.if_contains("text");
-        if (role && role->is_string() && body && body->is_string())
-            p.messages.push_back({std::string(role->get_string()), std::string(body->get_string())});
-    }
+    p.messages.reserve(ctx.agent->config.instructions.size() + ctx.history.size() + 1);
+    for (auto& m : ctx.history)
+        p.messages.push_back(std::move(m));
+    ctx.history.clear();
     p.messages.push_back({"user", text});
     co_return p;
 }

@@ -1,30 +1,33 @@
+#include "pipeline/context_cache.hpp"
 #include "pipeline/stages.hpp"
-
-#include <algorithm>
 
 namespace baton::pipeline {
 
 namespace {
 struct loaded {
     json::object state;
-    std::vector<tape_entry> history;
+    std::vector<tape_entry> tail;
 };
 } // namespace
 
-asio::awaitable<std::optional<json::object>> load_state(store_runner& db, turn_context& ctx) {
-    // One trip to the store for both the state and the context window.
+asio::awaitable<std::optional<json::object>> load_state(store_runner& db, context_cache& cache,
+                                                        turn_context& ctx) {
+    json::object state;
+    if (cache.get(ctx.session_id, state, ctx.history)) co_return state;
+    // Not cached: one trip to the store for both the state and the tape's tail.
     auto load = [sid = ctx.session_id](store& s) {
         loaded l;
         if (auto rec = s.get_session(sid)) l.state = std::move(rec->state);
-        l.history = s.tape_tail(sid, history_window);
+        l.tail = s.tape_tail(sid, history_window);
         return l;
     };
     loaded l = co_await db.run(std::move(load));
-    // Context starts at the last anchor (a handoff or reset).
-    auto anchor = std::find_if(l.history.rbegin(), l.history.rend(),
-                               [](const tape_entry& e) { return e.kind == tape_kind::anchor; });
-    if (anchor != l.history.rend()) l.history.erase(l.history.begin(), anchor.base() - 1);
-    ctx.history = std::move(l.history);
+    cache.put(ctx.session_id, l.state, l.tail);
+    context_window w;
+    for (const auto& e : l.tail)
+        w.add(e, history_window);
+    ctx.history.assign(std::make_move_iterator(w.messages.begin()),
+                       std::make_move_iterator(w.messages.end()));
     co_return std::move(l.state);
 }
 

@@ -36,12 +36,12 @@ asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_reque
 }
 } // namespace
 
-asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p) {
+asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt& p) {
     const auto& cfg = ctx.agent->config;
     auto& progress = ctx.progress();
     model_request req;
     req.model = cfg.model.model;
-    req.messages = p.messages;
+    req.messages = std::move(p.messages);
     req.max_tokens = cfg.model.max_output_tokens;
     req.tools = ctx.framework->tools().schemas(cfg.tools);
 
@@ -53,9 +53,15 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const 
                 make_event_entry("step_limit", json::object{{"max_steps", cfg.limits.max_steps}}));
             break;
         }
-        model_request call = req;
-        co_await ctx.framework->before_model_call(ctx, call);
-        chat_completion c = co_await call_model(ctx, call);
+        chat_completion c;
+        if (ctx.framework->has_before_model_call()) {
+            // Hooks may edit the request of this step, not the conversation.
+            model_request call = req;
+            co_await ctx.framework->before_model_call(ctx, call);
+            c = co_await call_model(ctx, call);
+        } else {
+            c = co_await call_model(ctx, req);
+        }
         out.steps = progress.steps = step;
         out.usage.prompt_tokens += c.prompt_tokens;
         out.usage.completion_tokens += c.completion_tokens;

@@ -10,13 +10,16 @@ namespace baton::pipeline {
 inline constexpr std::size_t history_window = 64;
 
 asio::awaitable<std::optional<std::string>> resolve_session(turn_context& ctx);
-asio::awaitable<std::optional<json::object>> load_state(store_runner& db, turn_context& ctx);
+class context_cache;
+asio::awaitable<std::optional<json::object>> load_state(store_runner& db, context_cache& cache,
+                                                        turn_context& ctx);
 asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx);
-asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, const prompt& p);
+// Takes the prompt's messages.
+asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt& p);
 // The tool calls of one step, results in call order (pipeline/run_tools.cpp).
 asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
                                                     const std::vector<tool_call>& calls);
-asio::awaitable<void> save_state(store_runner& db, turn_context& ctx);
+asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx);
 asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
 asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);
 

@@ -1,13 +1,19 @@
 #include <baton/framework.hpp>
 
+#include "pipeline/context_cache.hpp"
+#include "pipeline/stages.hpp"
+
 #include <boost/asio/this_coro.hpp>
 
 namespace baton {
 
-framework::framework(store_runner& db) : db_(db) {
-    plugins_.push_back(make_default_plugin(db));
+framework::framework(store_runner& db)
+    : db_(db), cache_(std::make_unique<pipeline::context_cache>(pipeline::history_window)) {
+    plugins_.push_back(make_default_plugin(db, *cache_));
     tools_.add(make_clock_tool());
 }
+
+framework::~framework() = default;
 
 asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
@@ -35,6 +41,7 @@ asio::awaitable<void> framework::after_tool_call(turn_context& ctx, const tool_c
 }
 
 void framework::register_plugin(plugin p) {
+    if (p.before_model_call) has_before_model_call_ = true;
     plugins_.push_back(std::move(p));
 }
 
@@ -90,9 +97,14 @@ asio::awaitable<void> framework::load_state(turn_context& ctx) {
     json::object merged;
     for (auto& p : plugins_) {
         if (!p.load_state) continue;
-        if (auto part = co_await p.load_state(ctx))
-            for (auto& kv : *part)
-                merged[kv.key()] = kv.value();
+        auto part = co_await p.load_state(ctx);
+        if (!part) continue;
+        if (merged.empty()) {
+            merged = std::move(*part);
+            continue;
+        }
+        for (auto& kv : *part)
+            merged[kv.key()] = std::move(kv.value());
     }
     ctx.session_state = std::move(merged);
 }
@@ -108,7 +120,7 @@ asio::awaitable<void> framework::build_prompt(turn_context& ctx, prompt& out) {
     throw turn_error("internal_error", "no build_prompt hook produced a prompt");
 }
 
-asio::awaitable<void> framework::run_model(turn_context& ctx, const prompt& p) {
+asio::awaitable<void> framework::run_model(turn_context& ctx, prompt& p) {
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
         if (!it->run_model) continue;
         if (auto out = co_await it->run_model(ctx, p)) {

@@ -2,6 +2,7 @@
 #include <baton/runtime.hpp>
 
 #include "src/admission.hpp"
+#include "src/turn_cache.hpp"
 
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -56,6 +57,7 @@ struct runtime::impl {
     asio::any_io_executor ex;
     runtime& rt;
     detail::actor_registry actors;
+    detail::turn_cache turns;
     std::mutex running_mutex;
     std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
@@ -122,6 +124,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     try {
         auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
         co_await db.run(std::move(mark));
+        turns.live(rec);
 
         inbound in;
         in.turn_id = rec.turn_id;
@@ -181,7 +184,9 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
     try {
         auto finish = [rec](store& s) { s.finish_turn(rec); };
         co_await rt.fw_.db().run(std::move(finish));
+        turns.finished(rec);
     } catch (const std::exception& e) {
+        turns.forget(rec.turn_id);
         log::error("cannot store the end of a turn", {{"turn_id", rec.turn_id}, {"error", e.what()}});
     }
     std::lock_guard lock(observers_mutex);
@@ -260,12 +265,15 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
                                 "this Idempotency-Key was already used with another request"};
         co_return accepted{stored.turn_id, rec.session_id, true};
     }
+    // Known before it can start, so that a poll never sees it go back from running to queued.
+    impl_->turns.live(rec);
     impl_->actors.mark_ready(*actor, slot);
     impl_->kick(actor);
     co_return accepted{rec.turn_id, rec.session_id, false};
 }
 
 asio::awaitable<std::optional<turn_record>> runtime::get_turn(std::string turn_id) {
+    if (auto known = impl_->turns.find(turn_id)) co_return known;
     auto get = [id = std::move(turn_id)](store& s) { return s.get_turn(id); };
     co_return co_await fw_.db().run(std::move(get));
 }

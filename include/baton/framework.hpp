@@ -95,8 +95,10 @@ struct turn_context {
     std::string session_id;
     const baton::agent* agent = nullptr;
     turn_state state;
-    json::object session_state;          // restored by load_state, persisted by save_state
-    std::vector<tape_entry> history;     // the context window restored by load_state
+    json::object session_state; // restored by load_state, persisted by save_state
+    // The context window restored by load_state: the messages since the last anchor (at most
+    // pipeline::history_window), oldest first. The default build_prompt moves it into the prompt.
+    std::vector<chat_message> history;
     std::vector<tape_entry> new_entries; // appended by this turn, persisted by save_state
     model_output output;
     std::vector<outbound> outbox;
@@ -129,7 +131,8 @@ struct plugin {
     hook<asio::awaitable<std::optional<std::string>>(turn_context&)> resolve_session;
     hook<asio::awaitable<std::optional<json::object>>(turn_context&)> load_state;
     hook<asio::awaitable<std::optional<prompt>>(turn_context&)> build_prompt;
-    hook<asio::awaitable<std::optional<model_output>>(turn_context&, const prompt&)> run_model;
+    // The hook that answers may take the prompt's messages (the default one moves them).
+    hook<asio::awaitable<std::optional<model_output>>(turn_context&, prompt&)> run_model;
     hook<asio::awaitable<void>(turn_context&)> save_state;
     hook<asio::awaitable<std::vector<outbound>>(turn_context&)> render_outbound;
     hook<asio::awaitable<bool>(turn_context&, const outbound&)> dispatch_outbound;
@@ -142,12 +145,17 @@ struct plugin {
     hook<asio::awaitable<void>(turn_context&, const tool_call&, tool_result&)> after_tool_call;
 };
 
+namespace pipeline {
+class context_cache;
+}
+
 // The default hooks (pipeline/): the framework registers them first, so every plugin overrides them.
-plugin make_default_plugin(store_runner& db);
+plugin make_default_plugin(store_runner& db, pipeline::context_cache& cache);
 
 class framework {
 public:
     explicit framework(store_runner& db);
+    ~framework();
 
     void register_plugin(plugin p);
     void add_agent(agent a);
@@ -160,6 +168,8 @@ public:
     asio::awaitable<void> after_model_call(turn_context& ctx, const chat_completion& c);
     asio::awaitable<tool_decision> before_tool_call(turn_context& ctx, const tool_call& call);
     asio::awaitable<void> after_tool_call(turn_context& ctx, const tool_call& call, tool_result& r);
+    // False when no plugin has a before_model_call hook (the agent loop then skips a copy).
+    bool has_before_model_call() const { return has_before_model_call_; }
 
     // Runs one turn. Throws what a stage threw (after on_error saw it); cancellation follows the
     // awaiting coroutine's slot and still lets save_state run once run_model was entered.
@@ -171,12 +181,14 @@ private:
     asio::awaitable<void> resolve_session(turn_context& ctx);
     asio::awaitable<void> load_state(turn_context& ctx);
     asio::awaitable<void> build_prompt(turn_context& ctx, prompt& out);
-    asio::awaitable<void> run_model(turn_context& ctx, const prompt& p);
+    asio::awaitable<void> run_model(turn_context& ctx, prompt& p);
     asio::awaitable<void> save_state(turn_context& ctx);
     asio::awaitable<void> render_outbound(turn_context& ctx);
     asio::awaitable<void> dispatch_outbound(turn_context& ctx);
 
     store_runner& db_;
+    std::unique_ptr<pipeline::context_cache> cache_;
+    bool has_before_model_call_ = false;
     std::vector<plugin> plugins_; // registration order; hooks run from the back
     std::map<std::string, baton::agent, std::less<>> agents_;
     tool_registry tools_;

@@ -20,7 +20,9 @@
 namespace baton {
 
 struct http_client_options {
-    std::size_t max_idle_per_endpoint = 8;
+    // As many as the turns that may call one endpoint at once: fewer makes a busy daemon
+    // reconnect for most calls.
+    std::size_t max_idle_per_endpoint = 256;
     std::chrono::milliseconds connect_timeout{
         10000};              // name resolution, TCP connect (TLS: handshake too)
     bool verify_peer = true; // https: check the chain and the host name

@@ -56,6 +56,8 @@ public:
     // Admits a message: completes once it is durably stored (or refused). Cancellation: none.
     asio::awaitable<accept_result> accept(accept_request req);
 
+    // The turn's record. Turns queued, running or recently finished in this process are answered
+    // from memory (without `input`, which stays in the store); others from the store.
     asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id);
     asio::awaitable<std::optional<session_view>> get_session(std::string session_id);
     asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,

@@ -64,6 +64,12 @@ public:
 
     // Turns left queued or running by an earlier process, in accept order.
     virtual std::vector<turn_record> unfinished_turns() = 0;
+
+    // Group commit (the store runner's): calls between begin_batch() and end_batch() share one
+    // transaction, each still all-or-nothing on its own; end_batch() commits them together and
+    // throws when that fails (then none of them is stored). No-ops for a store without commits.
+    virtual void begin_batch() {}
+    virtual void end_batch() {}
 };
 
 std::unique_ptr<store> make_memory_store();

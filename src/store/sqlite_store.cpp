@@ -175,6 +175,8 @@ const std::string tape_columns = "id, kind, payload, created_at, turn_id";
 struct statements {
     explicit statements(sqlite3* db)
         : begin(db, "BEGIN IMMEDIATE"), commit(db, "COMMIT"), rollback(db, "ROLLBACK"),
+          savepoint(db, "SAVEPOINT call"), release(db, "RELEASE call"),
+          rollback_to(db, "ROLLBACK TO call"),
           find_idem(db, "SELECT turn_id, idem_fingerprint FROM turns WHERE idem_key = ?1"),
           touch_session_for_turn(
               db, "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
@@ -207,32 +209,58 @@ struct statements {
           unfinished(db, "SELECT " + turn_columns +
                              " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq") {}
 
-    statement begin, commit, rollback;
+    statement begin, commit, rollback, savepoint, release, rollback_to;
     statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
     statement ensure_session, tape_next, append_tape, update_session;
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
 };
 
-// Rolls back unless committed, so that an exception anywhere in a write leaves no trace.
+// A group commit in progress (store_runner): calls run as savepoints of one open transaction.
+struct batch_state {
+    bool open = false;
+    bool broken = false; // SQLite rolled the whole transaction back (I/O error, disk full)
+};
+
+void step_and_reset(statement& s) {
+    sqlite3_step(s.get());
+    sqlite3_reset(s.get());
+}
+
+// Rolls back unless committed, so that an exception anywhere in a write leaves no trace. Inside a
+// batch it is a savepoint: only this call is undone, the batch goes on.
 class transaction {
 public:
-    explicit transaction(statements& st) : st_(st) { query(st_.begin).run(); }
+    transaction(statements& st, batch_state& batch) : st_(st), batch_(batch), nested_(batch.open) {
+        if (nested_ && batch_.broken)
+            throw std::runtime_error("sqlite: the batch's transaction was rolled back");
+        query(nested_ ? st_.savepoint : st_.begin).run();
+    }
     transaction(const transaction&) = delete;
     transaction& operator=(const transaction&) = delete;
     ~transaction() {
+        if (committed_) return;
         // SQLite may already have rolled back on its own (e.g. after SQLITE_FULL or an I/O error).
-        if (!committed_ && !sqlite3_get_autocommit(st_.rollback.db())) {
-            sqlite3_step(st_.rollback.get());
-            sqlite3_reset(st_.rollback.get());
+        bool open = !sqlite3_get_autocommit(st_.rollback.db());
+        if (!nested_) {
+            if (open) step_and_reset(st_.rollback);
+            return;
         }
+        if (!open) {
+            batch_.broken = true; // every earlier call of the batch went with it
+            return;
+        }
+        step_and_reset(st_.rollback_to);
+        step_and_reset(st_.release);
     }
     void commit() {
-        query(st_.commit).run();
+        query(nested_ ? st_.release : st_.commit).run();
         committed_ = true;
     }
 
 private:
     statements& st_;
+    batch_state& batch_;
+    bool nested_;
     bool committed_ = false;
 };
 
@@ -290,7 +318,7 @@ public:
 
     insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
         std::lock_guard lock(mutex_);
-        transaction tx(st_);
+        transaction tx(st_, batch_);
         if (!idem.key.empty()) {
             query q(st_.find_idem);
             if (q.bind(1, idem.key).step()) {
@@ -342,7 +370,7 @@ public:
 
     void mark_running(const std::string& turn_id, time_ms started_at) override {
         std::lock_guard lock(mutex_);
-        transaction tx(st_);
+        transaction tx(st_, batch_);
         if (query(st_.mark_running).bind(1, turn_id).bind(2, started_at).run() == 0)
             throw std::runtime_error("sqlite: unknown turn: " + turn_id);
         tx.commit();
@@ -350,7 +378,7 @@ public:
 
     void save_state(state_update& u) override {
         std::lock_guard lock(mutex_);
-        transaction tx(st_);
+        transaction tx(st_, batch_);
         query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).run();
         std::int64_t next = 1;
         {
@@ -378,7 +406,7 @@ public:
 
     void finish_turn(const turn_record& t) override {
         std::lock_guard lock(mutex_);
-        transaction tx(st_);
+        transaction tx(st_, batch_);
         std::optional<std::string> error_code, error_message;
         if (t.error) {
             error_code = t.error->code;
@@ -445,6 +473,25 @@ public:
         return out;
     }
 
+    void begin_batch() override {
+        std::lock_guard lock(mutex_);
+        query(st_.begin).run();
+        batch_ = batch_state{true, false};
+    }
+
+    void end_batch() override {
+        std::lock_guard lock(mutex_);
+        bool broken = batch_.broken;
+        batch_ = batch_state{};
+        try {
+            if (broken) throw std::runtime_error("sqlite: the batch's transaction was rolled back");
+            query(st_.commit).run();
+        } catch (...) {
+            if (!sqlite3_get_autocommit(db_.get())) step_and_reset(st_.rollback);
+            throw;
+        }
+    }
+
     std::vector<turn_record> unfinished_turns() override {
         std::lock_guard lock(mutex_);
         query q(st_.unfinished);
@@ -456,6 +503,7 @@ public:
 
 private:
     std::mutex mutex_;
+    batch_state batch_;
     db_ptr db_; // declared before st_: statements are finalised before the connection closes
     statements st_;
 };

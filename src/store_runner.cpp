@@ -1,0 +1,92 @@
+#include <baton/log.hpp>
+#include <baton/store_runner.hpp>
+
+namespace baton {
+
+store_runner::store_runner(std::shared_ptr<baton::store> s) : store_(std::move(s)) {
+    if (store_->blocking()) thread_ = std::thread([this] { loop(); });
+}
+
+store_runner::~store_runner() {
+    stop();
+}
+
+void store_runner::stop() {
+    {
+        std::lock_guard lock(mutex_);
+        stopping_ = true;
+    }
+    wake_.notify_one();
+    if (thread_.joinable()) thread_.join();
+}
+
+void store_runner::submit(job j) {
+    {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(std::move(j));
+    }
+    wake_.notify_one();
+}
+
+std::uint64_t store_runner::batches() const {
+    std::lock_guard lock(mutex_);
+    return batches_;
+}
+
+std::uint64_t store_runner::calls() const {
+    std::lock_guard lock(mutex_);
+    return calls_;
+}
+
+void store_runner::loop() {
+    std::vector<job> batch;
+    for (;;) {
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+            if (queue_.empty()) return; // stopping, nothing left
+            batch.swap(queue_);
+            ++batches_;
+            calls_ += batch.size();
+        }
+        run_batch(batch);
+        batch.clear();
+    }
+}
+
+// Every call of the batch runs in one transaction; each call is all-or-nothing on its own (the
+// store nests it), and the commit makes the survivors durable together. A failed commit fails
+// every call that had succeeded, since none of them is stored.
+void store_runner::run_batch(std::vector<job>& batch) {
+    std::exception_ptr batch_error;
+    try {
+        store_->begin_batch();
+    } catch (...) {
+        batch_error = std::current_exception();
+    }
+    std::vector<bool> ran(batch.size(), false);
+    if (!batch_error) {
+        for (std::size_t i = 0; i < batch.size(); ++i) {
+            try {
+                batch[i].work(*store_);
+                ran[i] = true;
+            } catch (...) {
+                *batch[i].error = std::current_exception();
+            }
+        }
+        try {
+            store_->end_batch();
+        } catch (...) {
+            batch_error = std::current_exception();
+        }
+    }
+    if (batch_error) {
+        log::error("store: a batch of calls failed", {{"calls", batch.size()}});
+        for (std::size_t i = 0; i < batch.size(); ++i)
+            if (ran[i] || !*batch[i].error) *batch[i].error = batch_error;
+    }
+    for (auto& j : batch)
+        j.done();
+}
+
+} // namespace baton
