@@ -3,6 +3,7 @@
 // OpenAI-compatible server (the mock): a model call that asks for the `lookup` tool, the tool, a
 // second model call that answers. Reports this process's CPU per turn, turns/s and peak RSS.
 #include "bench/bench.hpp"
+#include "bench/measure.hpp"
 
 #include <baton/framework.hpp>
 #include <baton/http_client.hpp>
@@ -16,13 +17,14 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
-#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace baton::bench {
@@ -30,27 +32,6 @@ namespace baton::bench {
 namespace {
 using finished_channel =
     asio::experimental::concurrent_channel<void(boost::system::error_code, turn_record)>;
-
-struct usage_sample {
-    std::uint64_t cpu_us = 0;
-    double max_rss_mb = 0;
-};
-
-usage_sample self_usage() {
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    auto us = [](const timeval& t) {
-        return static_cast<std::uint64_t>(t.tv_sec) * 1000000u + static_cast<std::uint64_t>(t.tv_usec);
-    };
-    return {us(ru.ru_utime) + us(ru.ru_stime), static_cast<double>(ru.ru_maxrss) / 1024.0};
-}
-
-// `--name VALUE` as text (bench.hpp's options only knows numbers).
-std::string text_option(const options& opt, const std::string& name, std::string fallback) {
-    for (std::size_t i = 0; i + 1 < opt.args.size(); ++i)
-        if (opt.args[i] == name) return opt.args[i + 1];
-    return fallback;
-}
 
 // The tool the JS peer has too: `lookup {q}` answers a short string.
 std::shared_ptr<tool> make_lookup_tool() {
@@ -130,7 +111,8 @@ void run_phase(asio::io_context& ioc, runtime& rt, std::vector<std::unique_ptr<s
 } // namespace
 
 int run_embedded(const options& opt) {
-    std::string url = text_option(opt, "--model-url", "");
+    opt.only({"--model-url", "--turns", "--clients", "--warmup", "--stream", "--threads"});
+    std::string url = opt.text("--model-url", "");
     auto turns = static_cast<std::int64_t>(opt.number("--turns", 2000));
     auto clients = static_cast<int>(opt.number("--clients", 1));
     auto warmup = static_cast<std::int64_t>(opt.number("--warmup", 100));
@@ -203,14 +185,14 @@ int run_embedded(const options& opt) {
     tally warm, measured;
     int exit_code = 0;
     double elapsed = 0;
-    usage_sample before, after;
+    std::uint64_t cpu_before = 0, cpu_after = 0;
     try {
         run_phase(ioc, rt, sessions, warmup, warm);
-        before = self_usage();
+        cpu_before = self_cpu_us();
         auto start = std::chrono::steady_clock::now();
         run_phase(ioc, rt, sessions, turns, measured);
         elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        after = self_usage();
+        cpu_after = self_cpu_us();
     } catch (const std::exception& e) {
         std::cerr << "baton-bench embedded: " << e.what() << "\n";
         exit_code = 1;
@@ -229,8 +211,9 @@ int run_embedded(const options& opt) {
                   << "\n";
         exit_code = 1;
     }
+    double peak_rss_mb = read_proc(static_cast<int>(getpid())).hwm_mb;
     auto n = static_cast<double>(measured.ok.load());
-    double cpu_per_turn = n > 0 ? static_cast<double>(after.cpu_us - before.cpu_us) / n : 0;
+    double cpu_per_turn = n > 0 ? static_cast<double>(cpu_after - cpu_before) / n : 0;
     double per_s = elapsed > 0 ? n / elapsed : 0;
     // The instructions and the new user message are not history.
     std::size_t history =
@@ -239,7 +222,7 @@ int run_embedded(const options& opt) {
               << elapsed << " s, " << clients << " sessions, " << threads << " io threads, stream "
               << (stream ? "on" : "off") << "\n";
     std::cout << "cpu per turn: " << cpu_per_turn << " us, turns/s: " << per_s
-              << ", peak rss: " << after.max_rss_mb << " MB, history: up to " << history
+              << ", peak rss: " << peak_rss_mb << " MB, history: up to " << history
               << " messages a turn\n";
     print_json({{"peer", "baton-embedded"},
                 {"turns", measured.ok.load()},
@@ -248,7 +231,7 @@ int run_embedded(const options& opt) {
                 {"stream", stream},
                 {"cpu_us_per_turn", cpu_per_turn},
                 {"turns_per_s", per_s},
-                {"rss_mb", after.max_rss_mb},
+                {"rss_mb", peak_rss_mb},
                 {"history_messages", history}});
     return exit_code;
 }
