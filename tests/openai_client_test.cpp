@@ -485,6 +485,29 @@ BOOST_FIXTURE_TEST_CASE(request_body_carries_tools_and_tool_round_trips, openai_
     BOOST_TEST(reqs[1].body == plain, json::serialize(reqs[1].body));
 }
 
+BOOST_FIXTURE_TEST_CASE(request_body_escapes_every_text_it_carries, openai_fixture) {
+    server.push(fake_reply::completion("ok"));
+    // Quotes, backslashes, line breaks, tabs, control bytes, non-ASCII and a JSON-looking text.
+    const std::string tricky = "say \"hi\"\\ now\n\r\t\x01\x1f end: caf\xc3\xa9 \xe2\x9c\x93 {\"k\":[1]}";
+    model_request req;
+    req.messages = {{"user", tricky, {}, {}},
+                    {"assistant", "thinking \"out loud\"", {{"c\"1", "look\\up", "{\"q\":\"\\n\"}"}}, {}},
+                    {"tool", "line1\nline2", {}, "c\"1"}};
+    complete(req);
+    auto reqs = server.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 1u);
+    const auto& msgs = reqs[0].body.at("messages").as_array();
+    BOOST_TEST_REQUIRE(msgs.size() == 3u);
+    BOOST_TEST(msgs[0].at("content").as_string() == tricky);
+    BOOST_TEST(msgs[1].at("content").as_string() == "thinking \"out loud\"");
+    const auto& call = msgs[1].at("tool_calls").as_array().at(0);
+    BOOST_TEST(call.at("id").as_string() == "c\"1");
+    BOOST_TEST(call.at("function").at("name").as_string() == "look\\up");
+    BOOST_TEST(call.at("function").at("arguments").as_string() == "{\"q\":\"\\n\"}");
+    BOOST_TEST(msgs[2].at("content").as_string() == "line1\nline2");
+    BOOST_TEST(msgs[2].at("tool_call_id").as_string() == "c\"1");
+}
+
 BOOST_FIXTURE_TEST_CASE(refused_connection_is_retried_then_model_error, openai_fixture) {
     unsigned short port;
     {

@@ -17,6 +17,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <cerrno>
 #include <charconv>
 #include <deque>
@@ -111,6 +112,8 @@ struct connection {
     std::optional<beast::tcp_stream> plain;
     std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
     beast::flat_buffer buffer;
+    // Where body pieces land; with the connection, not in every exchange's coroutine frame.
+    std::array<char, 16384> piece;
 
     beast::tcp_stream& tcp() { return plain ? *plain : tls->next_layer(); }
 
@@ -196,14 +199,14 @@ asio::awaitable<void> exchange(Stream& s, connection& c, bhttp::request<bhttp::s
     for (const auto& f : p.get())
         out.headers.emplace_back(f.name_string(), f.value());
     if (on_head) on_head(out);
-    char piece[16384];
+    auto& piece = c.piece;
     while (!p.is_done()) {
-        p.get().body().data = piece;
-        p.get().body().size = sizeof piece;
+        p.get().body().data = piece.data();
+        p.get().body().size = piece.size();
         c.tcp().expires_at(deadline);
         // read_some, not read: a streamed body must reach on_body as soon as it arrives.
         auto [ec, n] = co_await bhttp::async_read_some(s, c.buffer, p, use_tuple);
-        std::string_view got(piece, sizeof piece - p.get().body().size);
+        std::string_view got(piece.data(), piece.size() - p.get().body().size);
         if (!got.empty()) {
             if (on_body)
                 on_body(got);

@@ -169,40 +169,103 @@ attempt_result parse_whole(std::string_view body) {
     return {outcome::done, std::move(c), {}, {}};
 }
 
-json::object request_body(const model_request& req, const model_config& cfg) {
-    json::array messages;
-    for (const auto& m : req.messages) {
-        json::object o{{"role", m.role}};
-        if (!m.tool_calls.empty()) {
-            json::array calls;
-            for (const auto& c : m.tool_calls)
-                calls.push_back(json::object{
-                    {"id", c.id},
-                    {"type", "function"},
-                    {"function", json::object{{"name", c.name}, {"arguments", c.arguments}}}});
-            o["content"] = m.content.empty() ? json::value(nullptr) : json::value(m.content);
-            o["tool_calls"] = std::move(calls);
-        } else {
-            o["content"] = m.content;
+// Appends `s` as a JSON string. The text is UTF-8 already (validated on the way in, or the model's).
+void append_json_string(std::string& out, std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out.push_back('"');
+    std::size_t run = 0; // start of the bytes not yet copied
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        auto c = static_cast<unsigned char>(s[i]);
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        out.append(s.data() + run, i - run);
+        run = i + 1;
+        switch (c) {
+        case '"':
+            out += "\\\"";
+            break;
+        case '\\':
+            out += "\\\\";
+            break;
+        case '\n':
+            out += "\\n";
+            break;
+        case '\r':
+            out += "\\r";
+            break;
+        case '\t':
+            out += "\\t";
+            break;
+        default:
+            out += "\\u00";
+            out.push_back(hex[c >> 4]);
+            out.push_back(hex[c & 15]);
         }
-        if (m.role == "tool") o["tool_call_id"] = m.tool_call_id;
-        messages.push_back(std::move(o));
     }
-    json::object body{{"model", req.model.empty() ? cfg.model : req.model},
-                      {"messages", std::move(messages)}};
+    out.append(s.data() + run, s.size() - run);
+    out.push_back('"');
+}
+
+// The chat-completions request, written straight to text: a turn's whole context goes out on
+// every model call, so no JSON tree is built and torn down for it.
+std::string request_body(const model_request& req, const model_config& cfg) {
+    std::string out;
+    std::size_t estimate = 256;
+    for (const auto& m : req.messages)
+        estimate += m.content.size() + 48;
+    out.reserve(estimate);
+    out += "{\"model\":";
+    append_json_string(out, req.model.empty() ? cfg.model : req.model);
+    out += ",\"messages\":[";
+    bool first = true;
+    for (const auto& m : req.messages) {
+        out += first ? "{\"role\":" : ",{\"role\":";
+        first = false;
+        append_json_string(out, m.role);
+        out += ",\"content\":";
+        if (m.content.empty() && !m.tool_calls.empty())
+            out += "null";
+        else
+            append_json_string(out, m.content);
+        if (!m.tool_calls.empty()) {
+            out += ",\"tool_calls\":[";
+            for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
+                const auto& c = m.tool_calls[i];
+                out += i ? ",{\"id\":" : "{\"id\":";
+                append_json_string(out, c.id);
+                out += ",\"type\":\"function\",\"function\":{\"name\":";
+                append_json_string(out, c.name);
+                out += ",\"arguments\":";
+                append_json_string(out, c.arguments);
+                out += "}}";
+            }
+            out += "]";
+        }
+        if (m.role == "tool") {
+            out += ",\"tool_call_id\":";
+            append_json_string(out, m.tool_call_id);
+        }
+        out += "}";
+    }
+    out += "]";
     if (!req.tools.empty()) {
-        json::array tools;
-        for (const auto& t : req.tools)
-            tools.push_back(json::object{{"type", "function"},
-                                         {"function", json::object{{"name", t.name},
-                                                                   {"description", t.description},
-                                                                   {"parameters", t.parameters}}}});
-        body["tools"] = std::move(tools);
+        out += ",\"tools\":[";
+        for (std::size_t i = 0; i < req.tools.size(); ++i) {
+            const auto& t = req.tools[i];
+            out += i ? ",{\"type\":\"function\",\"function\":{\"name\":"
+                     : "{\"type\":\"function\",\"function\":{\"name\":";
+            append_json_string(out, t.name);
+            out += ",\"description\":";
+            append_json_string(out, t.description);
+            out += ",\"parameters\":";
+            out += json::serialize(t.parameters);
+            out += "}}";
+        }
+        out += "]";
     }
-    if (req.max_tokens > 0) body["max_tokens"] = req.max_tokens;
-    body["stream"] = cfg.stream;
-    if (cfg.stream) body["stream_options"] = json::object{{"include_usage", true}};
-    return body;
+    if (req.max_tokens > 0) out += ",\"max_tokens\":" + std::to_string(req.max_tokens);
+    out += cfg.stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
+                      : ",\"stream\":false}";
+    return out;
 }
 
 // One streamed attempt, fed by the HTTP client's callbacks: SSE events become chunks, chunks
@@ -238,8 +301,11 @@ struct stream_state {
                 done = true;
                 return;
             }
+            // A chunk is small and dies here: parse it into a buffer on the stack.
+            unsigned char scratch[4096];
+            json::monotonic_resource mr(scratch, sizeof scratch);
             error_code ec;
-            auto v = json::parse(ev.data, ec);
+            auto v = json::parse(ev.data, ec, &mr);
             if (ec || !v.is_object()) {
                 error = "a stream event is not a JSON object";
                 return;
@@ -268,7 +334,7 @@ public:
 
     asio::awaitable<chat_completion> complete(const model_request& req,
                                               const delta_handler& on_delta) override {
-        const std::string body = json::serialize(request_body(req, cfg_));
+        const std::string body = request_body(req, cfg_);
         const auto headers = request_headers();
         const int attempts = std::max(1, retry_.max_attempts);
         for (int attempt = 1;; ++attempt) {
