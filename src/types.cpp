@@ -14,15 +14,40 @@ time_ms now_ms() {
     return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
+namespace {
+void put_digits(char* out, int value, int width) {
+    for (int i = width - 1; i >= 0; --i) {
+        out[i] = static_cast<char>('0' + value % 10);
+        value /= 10;
+    }
+}
+} // namespace
+
+// Formatted by hand (days to civil date, H. Hinnant's algorithm): every turn record and tape
+// entry carries times, and gmtime_r + snprintf cost more than the rest of the record.
 std::string format_time(time_ms t) {
-    std::time_t secs = static_cast<std::time_t>(t / 1000);
-    int ms = static_cast<int>(t % 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-    return buf;
+    std::int64_t ms = t % 1000, secs = t / 1000;
+    if (ms < 0) ms += 1000, secs -= 1;
+    std::int64_t days = secs / 86400, rem = secs % 86400;
+    if (rem < 0) rem += 86400, days -= 1;
+    days += 719468;
+    const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+    const auto doe = static_cast<unsigned>(days - era * 146097);
+    const unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    const unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    const unsigned mp = (5 * doy + 2) / 153;
+    const unsigned day = doy - (153 * mp + 2) / 5 + 1;
+    const unsigned month = mp < 10 ? mp + 3 : mp - 9;
+    const auto year = static_cast<std::int64_t>(yoe) + era * 400 + (month <= 2 ? 1 : 0);
+    std::string out = "0000-00-00T00:00:00.000Z";
+    put_digits(out.data(), static_cast<int>(year % 10000), 4);
+    put_digits(out.data() + 5, static_cast<int>(month), 2);
+    put_digits(out.data() + 8, static_cast<int>(day), 2);
+    put_digits(out.data() + 11, static_cast<int>(rem / 3600), 2);
+    put_digits(out.data() + 14, static_cast<int>(rem / 60 % 60), 2);
+    put_digits(out.data() + 17, static_cast<int>(rem % 60), 2);
+    put_digits(out.data() + 20, static_cast<int>(ms), 3);
+    return out;
 }
 
 namespace {
