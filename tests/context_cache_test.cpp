@@ -5,6 +5,7 @@
 
 #include <baton/framework.hpp>
 
+#include "tests/delegating_store.hpp"
 #include "tests/test_util.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -84,32 +85,16 @@ BOOST_AUTO_TEST_CASE(cache_stays_within_its_byte_budget) {
 
 namespace {
 // A memory store that counts tape reads and can fail the next save.
-class watched_store final : public store {
+class watched_store final : public delegating_store {
 public:
-    bool blocking() const override { return false; }
-    insert_result insert_turn(const turn_record& t, const idempotency& i) override {
-        return inner->insert_turn(t, i);
-    }
-    void mark_running(const std::string& id, time_ms at) override { inner->mark_running(id, at); }
     void save_state(state_update& u) override {
         if (fail_next_save.exchange(false)) throw std::runtime_error("disk full");
         inner->save_state(u);
-    }
-    void finish_turn(const turn_record& t) override { inner->finish_turn(t); }
-    std::optional<turn_record> get_turn(const std::string& id) override { return inner->get_turn(id); }
-    std::optional<session_record> get_session(const std::string& s) override {
-        return inner->get_session(s);
-    }
-    std::vector<tape_entry> read_tape(const std::string& s, std::int64_t a, std::size_t l) override {
-        return inner->read_tape(s, a, l);
     }
     std::vector<tape_entry> tape_tail(const std::string& s, std::size_t l) override {
         ++tail_reads;
         return inner->tape_tail(s, l);
     }
-    std::vector<turn_record> unfinished_turns() override { return inner->unfinished_turns(); }
-
-    std::unique_ptr<store> inner = make_memory_store();
     std::atomic<bool> fail_next_save{false};
     std::atomic<int> tail_reads{0};
 };

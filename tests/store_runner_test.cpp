@@ -3,6 +3,7 @@
 #include <baton/store_runner.hpp>
 
 #include "tests/daemon_fixture.hpp"
+#include "tests/delegating_store.hpp"
 #include "tests/test_util.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -28,31 +29,12 @@ turn_record queued_turn(const std::string& tid, const std::string& sid) {
 }
 
 // A memory store that claims to block (so the runner batches) and can fail its commit.
-class failing_commit_store final : public store {
+class failing_commit_store final : public delegating_store {
 public:
     bool blocking() const override { return true; }
-    insert_result insert_turn(const turn_record& t, const idempotency& i) override {
-        return inner->insert_turn(t, i);
-    }
-    void mark_running(const std::string& id, time_ms at) override { inner->mark_running(id, at); }
-    void save_state(state_update& u) override { inner->save_state(u); }
-    void finish_turn(const turn_record& t) override { inner->finish_turn(t); }
-    std::optional<turn_record> get_turn(const std::string& id) override { return inner->get_turn(id); }
-    std::optional<session_record> get_session(const std::string& s) override {
-        return inner->get_session(s);
-    }
-    std::vector<tape_entry> read_tape(const std::string& s, std::int64_t a, std::size_t l) override {
-        return inner->read_tape(s, a, l);
-    }
-    std::vector<tape_entry> tape_tail(const std::string& s, std::size_t l) override {
-        return inner->tape_tail(s, l);
-    }
-    std::vector<turn_record> unfinished_turns() override { return inner->unfinished_turns(); }
     void end_batch() override {
         if (fail_commits) throw std::runtime_error("disk full");
     }
-
-    std::unique_ptr<store> inner = make_memory_store();
     std::atomic<bool> fail_commits{false};
 };
 

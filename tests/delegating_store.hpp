@@ -1,0 +1,35 @@
+// A store that passes every call to an inner memory store: tests derive from it to fail, count or
+// delay just the calls they are about.
+#pragma once
+
+#include <baton/store.hpp>
+
+#include <memory>
+
+namespace baton::test {
+
+class delegating_store : public store {
+public:
+    bool blocking() const override { return false; }
+    insert_result insert_turn(const turn_record& t, const idempotency& i) override {
+        return inner->insert_turn(t, i);
+    }
+    void mark_running(const std::string& id, time_ms at) override { inner->mark_running(id, at); }
+    void save_state(state_update& u) override { inner->save_state(u); }
+    void finish_turn(const turn_record& t) override { inner->finish_turn(t); }
+    std::optional<turn_record> get_turn(const std::string& id) override { return inner->get_turn(id); }
+    std::optional<session_record> get_session(const std::string& s) override {
+        return inner->get_session(s);
+    }
+    std::vector<tape_entry> read_tape(const std::string& s, std::int64_t a, std::size_t l) override {
+        return inner->read_tape(s, a, l);
+    }
+    std::vector<tape_entry> tape_tail(const std::string& s, std::size_t l) override {
+        return inner->tape_tail(s, l);
+    }
+    std::vector<turn_record> unfinished_turns() override { return inner->unfinished_turns(); }
+
+    std::unique_ptr<store> inner = make_memory_store();
+};
+
+} // namespace baton::test
