@@ -64,14 +64,12 @@ void store_runner::run_batch(std::vector<job>& batch) {
     } catch (...) {
         batch_error = std::current_exception();
     }
-    std::vector<bool> ran(batch.size(), false);
     if (!batch_error) {
-        for (std::size_t i = 0; i < batch.size(); ++i) {
+        for (auto& j : batch) {
             try {
-                batch[i].work(*store_);
-                ran[i] = true;
+                j.work(*store_);
             } catch (...) {
-                *batch[i].error = std::current_exception();
+                *j.error = std::current_exception();
             }
         }
         try {
@@ -82,8 +80,9 @@ void store_runner::run_batch(std::vector<job>& batch) {
     }
     if (batch_error) {
         log::error("store: a batch of calls failed", {{"calls", batch.size()}});
-        for (std::size_t i = 0; i < batch.size(); ++i)
-            if (ran[i] || !*batch[i].error) *batch[i].error = batch_error;
+        // A call without an error of its own either succeeded or never ran: neither is stored.
+        for (auto& j : batch)
+            if (!*j.error) *j.error = batch_error;
     }
     for (auto& j : batch)
         j.done();
