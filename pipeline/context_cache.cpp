@@ -102,11 +102,14 @@ bool context_cache::get(const std::string& sid, json::object& state, std::vector
     return true;
 }
 
-void context_cache::put(const std::string& sid, const json::object& state,
-                        const std::vector<tape_entry>& tail) {
+context_window context_cache::render(const std::vector<tape_entry>& tail) const {
     context_window window;
     for (const auto& e : tail)
         window.add(e, max_messages_);
+    return window;
+}
+
+void context_cache::put(const std::string& sid, const json::object& state, context_window window) {
     auto& sh = shard_for(sid);
     std::lock_guard lock(sh.mutex);
     auto [it, inserted] = sh.entries.try_emplace(sid);

@@ -39,8 +39,10 @@ public:
 
     // Copies the session's state and window out; false when the session is not cached.
     bool get(const std::string& sid, json::object& state, std::vector<chat_message>& window);
-    // Caches a session loaded from the store (its tape tail, oldest first).
-    void put(const std::string& sid, const json::object& state, const std::vector<tape_entry>& tail);
+    // The window a tape tail (oldest first) makes, within this cache's message bound.
+    context_window render(const std::vector<tape_entry>& tail) const;
+    // Caches a session loaded from the store, with the window render() made of its tail.
+    void put(const std::string& sid, const json::object& state, context_window window);
     // After a successful save: extends the window and replaces the state. No-op when not cached.
     void apply(const std::string& sid, const std::vector<tape_entry>& entries,
                const json::object& state);

@@ -22,12 +22,9 @@ asio::awaitable<std::optional<json::object>> load_state(store_runner& db, contex
         return l;
     };
     loaded l = co_await db.run(std::move(load));
-    cache.put(ctx.session_id, l.state, l.tail);
-    context_window w;
-    for (const auto& e : l.tail)
-        w.add(e, history_window);
-    ctx.history.assign(std::make_move_iterator(w.messages.begin()),
-                       std::make_move_iterator(w.messages.end()));
+    auto w = cache.render(l.tail);
+    ctx.history.assign(w.messages.begin(), w.messages.end());
+    cache.put(ctx.session_id, l.state, std::move(w));
     co_return std::move(l.state);
 }
 

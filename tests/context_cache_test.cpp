@@ -64,7 +64,8 @@ BOOST_AUTO_TEST_CASE(cache_extends_a_cached_session_and_forgets_on_erase) {
     cache.apply("s1", {make_message("user", "lost")}, {});
     BOOST_TEST(!cache.get("s1", state, window));
 
-    cache.put("s1", {{"k", 1}}, {make_message("user", "hi"), make_message("assistant", "hello")});
+    cache.put("s1", {{"k", 1}},
+              cache.render({make_message("user", "hi"), make_message("assistant", "hello")}));
     cache.apply("s1", {make_message("user", "again")}, {{"k", 2}});
     BOOST_REQUIRE(cache.get("s1", state, window));
     BOOST_TEST(texts(window) == (std::vector<std::string>{"user:hi", "assistant:hello", "user:again"}),
@@ -77,7 +78,8 @@ BOOST_AUTO_TEST_CASE(cache_extends_a_cached_session_and_forgets_on_erase) {
 BOOST_AUTO_TEST_CASE(cache_stays_within_its_byte_budget) {
     context_cache cache(64, 16 * 4096); // 4 KiB per shard
     for (int i = 0; i < 2000; ++i)
-        cache.put("s" + std::to_string(i), {}, {make_message("user", std::string(500, 'x'))});
+        cache.put("s" + std::to_string(i), {},
+                  cache.render({make_message("user", std::string(500, 'x'))}));
     // Each session costs over 500 bytes: far fewer than 2000 fit in 64 KiB.
     BOOST_TEST(cache.sessions() < 200u);
     BOOST_TEST(cache.sessions() > 16u);
