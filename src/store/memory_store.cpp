@@ -3,17 +3,43 @@
 #include <baton/store.hpp>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
 
+#include <pthread.h>
+
 namespace baton {
 namespace {
 
+// Every critical section here is a few map operations: a waiter spins briefly (glibc's adaptive
+// mutex) instead of sleeping in the kernel at once, which costs more than the section itself.
+class short_mutex {
+public:
+    short_mutex() {
+        pthread_mutexattr_t attr;
+        pthread_mutexattr_init(&attr);
+        pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
+        pthread_mutex_init(&m_, &attr);
+        pthread_mutexattr_destroy(&attr);
+    }
+    ~short_mutex() { pthread_mutex_destroy(&m_); }
+    short_mutex(const short_mutex&) = delete;
+    short_mutex& operator=(const short_mutex&) = delete;
+    void lock() { pthread_mutex_lock(&m_); }
+    void unlock() { pthread_mutex_unlock(&m_); }
+
+private:
+    pthread_mutex_t m_;
+};
+
 struct session_data {
     session_record record;
-    std::vector<tape_entry> tape; // ids strictly increasing, so it can be binary-searched
+    // Ids strictly increasing, so it can be binary-searched; a deque grows without moving what it
+    // holds (a vector would copy a long session's whole tape on each growth).
+    std::deque<tape_entry> tape;
     std::int64_t tape_next = 1;
 };
 
@@ -27,7 +53,7 @@ public:
     bool blocking() const override { return false; }
 
     insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         if (!idem.key.empty()) {
             if (auto it = idem_.find(idem.key); it != idem_.end()) {
                 auto outcome = it->second.fingerprint == idem.fingerprint ? insert_outcome::replayed
@@ -50,7 +76,7 @@ public:
     }
 
     void mark_running(const std::string& turn_id, time_ms started_at) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto& t = find_turn(turn_id);
         t.status = turn_status::running;
         t.started_at = started_at;
@@ -58,7 +84,7 @@ public:
     }
 
     void save_state(state_update& u) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto& s = session(u.session_id, "default", "", now_ms());
         for (auto& e : u.entries) {
             e.id = s.tape_next++;
@@ -70,7 +96,7 @@ public:
     }
 
     void finish_turn(const turn_record& t) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto& stored = find_turn(t.turn_id);
         stored.status = t.status;
         stored.reply = t.reply;
@@ -83,14 +109,14 @@ public:
     }
 
     std::optional<turn_record> get_turn(const std::string& turn_id) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto it = turns_.find(turn_id);
         if (it == turns_.end()) return std::nullopt;
         return it->second;
     }
 
     std::optional<session_record> get_session(const std::string& session_id) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto it = sessions_.find(session_id);
         if (it == sessions_.end()) return std::nullopt;
         return it->second.record;
@@ -98,7 +124,7 @@ public:
 
     std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
                                       std::size_t limit) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto it = sessions_.find(session_id);
         if (it == sessions_.end()) return {};
         const auto& tape = it->second.tape;
@@ -109,7 +135,7 @@ public:
     }
 
     std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         auto it = sessions_.find(session_id);
         if (it == sessions_.end()) return {};
         const auto& tape = it->second.tape;
@@ -118,7 +144,7 @@ public:
     }
 
     std::vector<turn_record> unfinished_turns() override {
-        std::lock_guard lock(mutex_);
+        std::lock_guard<short_mutex> lock(mutex_);
         std::vector<turn_record> out;
         out.reserve(unfinished_.size());
         for (const auto& [seq, id] : unfinished_)
@@ -156,7 +182,7 @@ private:
             unfinished_.emplace(seq, t.turn_id);
     }
 
-    std::mutex mutex_;
+    short_mutex mutex_;
     std::unordered_map<std::string, turn_record> turns_;
     std::unordered_map<std::string, std::int64_t> seq_of_; // accept order of each turn
     std::map<std::int64_t, std::string> unfinished_;       // accept order -> turn id
