@@ -23,6 +23,13 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
         p.messages.push_back(std::move(m));
     ctx.history.clear();
     p.messages.push_back({"user", text});
+    // Admission mode `collect`: the messages queued behind this one are answered together.
+    for (const auto& m : ctx.inbound.collected) {
+        auto entry = make_message("user", m.text);
+        entry.turn_id = m.turn_id;
+        ctx.new_entries.push_back(std::move(entry));
+        p.messages.push_back({"user", m.text});
+    }
     co_return p;
 }
 

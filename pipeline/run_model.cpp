@@ -18,11 +18,33 @@ std::string clip_utf8(std::string s, std::size_t max) {
     return s;
 }
 
+// Admission mode `steer`: messages that arrived meanwhile join the conversation at a step
+// boundary. True when there were any (the loop then takes another step).
+bool take_steering(turn_context& ctx, model_request& req) {
+    auto& take = ctx.progress().take_steering;
+    if (!take) return false;
+    auto steered = take();
+    for (auto& m : steered) {
+        auto entry = make_message("user", m.text);
+        entry.turn_id = m.turn_id;
+        ctx.new_entries.push_back(std::move(entry));
+        req.messages.push_back({"user", std::move(m.text), {}, {}});
+    }
+    return !steered.empty();
+}
+
+json::object usage_json(const chat_completion& c) {
+    return {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
+}
+
 // Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it.
 asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_request& req) {
     auto& progress = ctx.progress();
     progress.reply.clear();
-    delta_handler on_delta = [&progress](std::string_view piece) { progress.reply.append(piece); };
+    delta_handler on_delta = [&progress, &ctx](std::string_view piece) {
+        progress.reply.append(piece);
+        ctx.emit("model.delta", json::object{{"text", piece}});
+    };
     try {
         co_return co_await ctx.agent->model->complete(req, on_delta);
     } catch (const turn_error&) {
@@ -54,6 +76,7 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
             break;
         }
         chat_completion c;
+        ctx.emit("model.call", json::object{{"step", step}});
         if (ctx.framework->has_before_model_call()) {
             // Hooks may edit the request of this step, not the conversation.
             model_request call = req;
@@ -66,6 +89,10 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
         out.usage.prompt_tokens += c.prompt_tokens;
         out.usage.completion_tokens += c.completion_tokens;
         progress.usage = out.usage;
+        if (ctx.emitting())
+            ctx.emit("model.result", json::object{{"step", step},
+                                                  {"finish_reason", c.finish_reason},
+                                                  {"usage", usage_json(c)}});
         co_await ctx.framework->after_model_call(ctx, c);
 
         if (!c.text.empty() || c.tool_calls.empty()) {
@@ -75,25 +102,37 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
         }
         if (c.tool_calls.empty()) {
             ctx.new_entries.push_back(make_message("assistant", out.reply));
+            if (!progress.take_steering) break;
+            req.messages.push_back({"assistant", out.reply, {}, {}});
+            if (take_steering(ctx, req)) continue;
             break;
         }
         // The model asked for tools: record the calls, run them, feed the observations back.
         if (!out.reply.empty()) ctx.new_entries.push_back(make_message("assistant", out.reply));
         chat_message asked{"assistant", out.reply, c.tool_calls, {}};
         req.messages.push_back(std::move(asked));
-        for (const auto& call_item : c.tool_calls)
+        for (const auto& call_item : c.tool_calls) {
+            ctx.emit("tool.call", json::object{{"step", step},
+                                               {"call_id", call_item.id},
+                                               {"name", call_item.name},
+                                               {"arguments", call_item.arguments}});
             ctx.new_entries.push_back(
                 make_entry(tape_kind::tool_call, {{"call_id", call_item.id},
                                                   {"name", call_item.name},
                                                   {"arguments", call_item.arguments}}));
+        }
         auto results = co_await run_tools(ctx, c.tool_calls);
         for (std::size_t i = 0; i < results.size(); ++i) {
             const auto& call_item = c.tool_calls[i];
+            ctx.emit("tool.result", json::object{{"call_id", call_item.id},
+                                                 {"ok", results[i].ok},
+                                                 {"output", results[i].output}});
             ctx.new_entries.push_back(make_entry(
                 tape_kind::tool_result,
                 {{"call_id", call_item.id}, {"ok", results[i].ok}, {"output", results[i].output}}));
             req.messages.push_back({"tool", results[i].output, {}, call_item.id});
         }
+        take_steering(ctx, req);
     }
     co_return out;
 }

@@ -104,6 +104,16 @@ void actor_registry::turn_done(session_actor& a) {
     a.running.clear();
 }
 
+std::vector<turn_record> actor_registry::take_ready(session_actor& a, const std::string& agent) {
+    std::lock_guard lock(shards_[a.shard].mutex);
+    std::vector<turn_record> out;
+    while (!a.queue.empty() && a.queue.front()->ready && a.queue.front()->record.agent == agent) {
+        out.push_back(std::move(a.queue.front()->record));
+        a.queue.pop_front();
+    }
+    return out;
+}
+
 bool actor_registry::remove_queued(const std::string& sid, const std::string& turn_id) {
     auto& sh = shard_for(sid);
     std::lock_guard lock(sh.mutex);

@@ -67,6 +67,10 @@ public:
     // The drainer's next turn; nullopt ends the drainer (and evicts the actor when it is idle).
     std::optional<turn_slot> next_turn(session_actor& a, bool draining);
     void turn_done(session_actor& a);
+    // Admission modes `collect` and `steer`: takes the stored messages at the front of the queue
+    // (in order, stopping at one not yet stored or for another agent) to fold into the turn that
+    // runs or is about to run.
+    std::vector<turn_record> take_ready(session_actor& a, const std::string& agent);
 
     // Takes a queued (not yet running) turn out of its session's queue; false when it is not there.
     bool remove_queued(const std::string& sid, const std::string& turn_id);

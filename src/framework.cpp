@@ -1,5 +1,8 @@
 #include <baton/framework.hpp>
 
+#include <chrono>
+#include <cmath>
+
 #include "pipeline/context_cache.hpp"
 #include "pipeline/stages.hpp"
 
@@ -66,15 +69,35 @@ void framework::report(std::string_view stage, std::exception_ptr e, const inbou
     }
 }
 
+namespace {
+// stage.started / stage.finished events (only when the turn's events are kept).
+std::chrono::steady_clock::time_point stage_started(turn_context& ctx, std::string_view stage) {
+    if (!ctx.emitting()) return {};
+    ctx.emit("stage.started", json::object{{"stage", stage}});
+    return std::chrono::steady_clock::now();
+}
+
+void stage_finished(turn_context& ctx, std::string_view stage,
+                    std::chrono::steady_clock::time_point started, bool ok) {
+    if (!ctx.emitting()) return;
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started);
+    json::object data{{"stage", stage}, {"ms", std::round(ms.count() * 1000) / 1000}};
+    if (!ok) data["ok"] = false;
+    ctx.emit("stage.finished", data);
+}
+} // namespace
+
 // Runs one stage; a failure is shown to on_error and re-raised.
 asio::awaitable<void> framework::guarded(std::string_view stage, turn_context& ctx,
                                          asio::awaitable<void> op) {
     std::exception_ptr error;
+    auto started = stage_started(ctx, stage);
     try {
         co_await std::move(op);
     } catch (...) {
         error = std::current_exception();
     }
+    stage_finished(ctx, stage, started, !error);
     if (error) {
         report(stage, error, ctx.inbound);
         std::rethrow_exception(error);
@@ -193,11 +216,13 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         // From here on save_state runs whatever happens to the model run (the seed's finally).
         ctx.entered_run_model = true;
         std::exception_ptr model_error;
+        auto started = stage_started(ctx, "run_model");
         try {
             co_await run_model(ctx, p);
         } catch (...) {
             model_error = std::current_exception();
         }
+        stage_finished(ctx, "run_model", started, !model_error);
         if (model_error) {
             report("run_model", model_error, ctx.inbound);
             std::string code = "internal_error", message = "run_model failed";

@@ -52,12 +52,14 @@ struct running_turn {
 } // namespace
 
 struct runtime::impl {
-    impl(asio::any_io_executor e, runtime& r) : ex(std::move(e)), rt(r), actors(ex) {}
+    impl(asio::any_io_executor e, runtime& r, event_hub_options o)
+        : ex(std::move(e)), rt(r), actors(ex), hub(o) {}
 
     asio::any_io_executor ex;
     runtime& rt;
     detail::actor_registry actors;
     detail::turn_cache turns;
+    event_hub hub;
     std::mutex running_mutex;
     std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
@@ -65,13 +67,22 @@ struct runtime::impl {
 
     void kick(const std::shared_ptr<session_actor>& a);
     asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a);
-    asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec);
+    asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec,
+                                   std::vector<turn_record> collected);
     asio::awaitable<void> store_final(turn_record rec);
+    // A message folded into a running turn (collect, steer) now counts as running.
+    void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier);
+    // It ends with the turn that answered it: same status, reply and error; no steps of its own.
+    asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier);
     bool signal_running(const std::string& turn_id);
 };
 
-runtime::runtime(asio::any_io_executor ex, framework& fw)
-    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this)) {}
+runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options events)
+    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, events)) {}
+
+event_hub& runtime::events() {
+    return impl_->hub;
+}
 
 runtime::~runtime() = default;
 
@@ -96,25 +107,72 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
     for (;;) {
         auto next = actors.next_turn(*a, rt.draining());
         if (!next) co_return;
-        co_await run_turn(a, std::move(next->record));
+        // Admission mode `collect`: the messages that queued behind it are answered together.
+        std::vector<turn_record> collected;
+        const agent* ag = rt.fw_.find_agent(next->record.agent);
+        if (ag && ag->config.admission.mode == admission_mode::collect)
+            collected = actors.take_ready(*a, next->record.agent);
+        co_await run_turn(a, std::move(next->record), std::move(collected));
         actors.turn_done(*a);
     }
 }
 
-asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec) {
+void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier) {
+    auto rec = folded;
+    rec.status = turn_status::running;
+    rec.started_at = now_ms();
+    turns.live(rec);
+    hub.open(rec.turn_id, rec.session_id)->publish("turn.started", json::object{});
+    std::lock_guard lock(running_mutex);
+    running[rec.turn_id] = carrier; // cancelling it cancels the turn that carries it
+}
+
+asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> folded,
+                                                   const turn_record& carrier) {
+    for (auto& rec : folded) {
+        {
+            std::lock_guard lock(running_mutex);
+            running.erase(rec.turn_id);
+        }
+        rec.status = carrier.status;
+        rec.reply = carrier.reply;
+        rec.error = carrier.error;
+        rec.started_at = carrier.started_at;
+        co_await store_final(std::move(rec));
+    }
+}
+
+asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec,
+                                              std::vector<turn_record> collected) {
     auto& db = rt.fw_.db();
     rt.running_.fetch_add(1);
     rec.status = turn_status::running;
     rec.started_at = now_ms();
     auto progress = std::make_shared<turn_progress>();
+    progress->events = hub.open(rec.turn_id, rec.session_id);
     auto entry = std::make_shared<running_turn>(a->strand, progress);
     {
         std::lock_guard lock(running_mutex);
         running[rec.turn_id] = entry;
     }
+    const agent* ag = rt.fw_.find_agent(rec.agent);
+    // Admission mode `steer`: messages stored while the turn runs join it at a step boundary
+    // (the agent loop calls this on the session's strand).
+    auto folded = std::make_shared<std::vector<turn_record>>(std::move(collected));
+    if (ag && ag->config.admission.mode == admission_mode::steer) {
+        progress->take_steering = [this, a, folded, entry, agent = rec.agent] {
+            std::vector<steered_message> out;
+            for (auto& r : actors.take_ready(*a, agent)) {
+                fold(r, entry);
+                out.push_back({r.turn_id, r.input.text});
+                folded->push_back(std::move(r));
+            }
+            return out;
+        };
+    }
     // The turn deadline cancels the turn through its cancellation slot.
     asio::steady_timer deadline(a->strand);
-    if (const agent* ag = rt.fw_.find_agent(rec.agent))
+    if (ag)
         deadline.expires_after(ag->config.limits.turn_timeout);
     else
         deadline.expires_after(std::chrono::hours(24));
@@ -125,8 +183,13 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
         co_await db.run(std::move(mark));
         turns.live(rec);
+        progress->events->publish("turn.started", json::object{});
 
         inbound in;
+        for (const auto& c : *folded) {
+            fold(c, entry);
+            in.collected.push_back({c.turn_id, c.input.text});
+        }
         in.turn_id = rec.turn_id;
         in.channel = rec.input.channel;
         in.session_id = rec.session_id;
@@ -175,7 +238,10 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             "turn failed",
             {{"turn_id", rec.turn_id}, {"code", rec.error->code}, {"message", rec.error->message}});
     co_await asio::this_coro::reset_cancellation_state();
+    progress->take_steering = nullptr;
+    auto carrier = rec;
     co_await store_final(std::move(rec));
+    co_await finish_folded(std::move(*folded), carrier);
     rt.running_.fetch_sub(1);
 }
 
@@ -189,6 +255,11 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
         turns.forget(rec.turn_id);
         log::error("cannot store the end of a turn", {{"turn_id", rec.turn_id}, {"error", e.what()}});
     }
+    json::object fin{{"status", to_string(rec.status)},
+                     {"reply", rec.reply ? json::value(*rec.reply) : json::value(nullptr)}};
+    if (rec.error) fin["error"] = json::object{{"code", rec.error->code}, {"message", rec.error->message}};
+    hub.open(rec.turn_id, rec.session_id)->publish("turn.finished", fin);
+    hub.retire(rec.turn_id);
     std::lock_guard lock(observers_mutex);
     for (auto& f : observers)
         f(rec);
@@ -267,7 +338,13 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     }
     // Known before it can start, so that a poll never sees it go back from running to queued.
     impl_->turns.live(rec);
+    impl_->hub.open(rec.turn_id, rec.session_id)->publish("turn.queued", json::object{});
     impl_->actors.mark_ready(*actor, slot);
+    // Admission mode `interrupt`: the running turn ends `stopped` and this message runs next.
+    if (ag->config.admission.mode == admission_mode::interrupt) {
+        auto current = impl_->actors.running_turn(req.session_id);
+        if (!current.empty()) impl_->signal_running(current);
+    }
     impl_->kick(actor);
     co_return accepted{rec.turn_id, rec.session_id, false};
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <baton/config.hpp>
+#include <baton/events.hpp>
 #include <baton/model.hpp>
 #include <baton/store_runner.hpp>
 #include <baton/tools.hpp>
@@ -27,6 +28,13 @@ namespace baton {
 
 namespace asio = boost::asio;
 
+// A message folded into another turn (admission modes `collect` and `steer`): its own turn ends
+// with the turn that answered it.
+struct steered_message {
+    std::string turn_id;
+    std::string text;
+};
+
 // What a turn has produced so far, shared with whoever runs it: when a turn is cancelled or
 // times out, its partial reply, steps and usage are still known.
 struct turn_progress {
@@ -34,6 +42,11 @@ struct turn_progress {
     std::int64_t steps = 0;
     baton::usage usage;
     std::string stop_reason; // set by whoever cancels the turn: "stopped", "timed_out"
+    // The turn's live events (events.hpp); null when nobody runs an event hub (embedded use).
+    std::shared_ptr<turn_log> events;
+    // Admission mode `steer`: messages that arrived while this turn ran, taken at a step boundary
+    // (each becomes a user message of this turn). Empty when nothing can steer the turn.
+    std::function<std::vector<steered_message>()> take_steering;
 };
 
 // One inbound message, from whichever channel.
@@ -47,6 +60,9 @@ struct inbound {
     std::string text;
     json::object metadata;
     json::value deliver;
+    // Admission mode `collect`: messages queued behind this one, answered by this turn (each a
+    // user message after `text`).
+    std::vector<steered_message> collected;
     std::shared_ptr<turn_progress> progress; // made by the framework when empty
 };
 
@@ -106,6 +122,11 @@ struct turn_context {
     bool entered_run_model = false;
     baton::framework* framework = nullptr;
     turn_progress& progress() { return *inbound.progress; }
+    // Publishes a turn event (API.md) when someone keeps the turn's events.
+    void emit(std::string_view type, const json::object& data) {
+        if (inbound.progress && inbound.progress->events) inbound.progress->events->publish(type, data);
+    }
+    bool emitting() const { return inbound.progress && inbound.progress->events != nullptr; }
 };
 
 // before_tool_call's answer: run the tool, answer for it, or refuse it.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <baton/errors.hpp>
+#include <baton/events.hpp>
 #include <baton/framework.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -48,7 +49,7 @@ struct session_view {
 class runtime {
 public:
     // `ex` runs the session actors (an io_context's executor; its threads run sessions in parallel).
-    runtime(asio::any_io_executor ex, framework& fw);
+    runtime(asio::any_io_executor ex, framework& fw, event_hub_options events = {});
     ~runtime();
     runtime(const runtime&) = delete;
     runtime& operator=(const runtime&) = delete;
@@ -83,6 +84,8 @@ public:
     void on_turn_finished(std::function<void(const turn_record&)> f);
 
     framework& fw() { return fw_; }
+    // The turns' live events (SSE, WebSocket, terminal chat read them here).
+    event_hub& events();
 
 private:
     struct impl;
