@@ -141,7 +141,9 @@ int run_daemon(const serve_options& opts) {
         std::cerr << "baton: " << e.what() << "\n";
         return 1;
     }
-    runtime rt(ioc.get_executor(), *fw);
+    event_hub_options events;
+    events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
+    runtime rt(ioc.get_executor(), *fw, events);
     std::unique_ptr<ws::channel> websocket;
     if (cfg.channels.ws_enabled) {
         ws::options wo;
