@@ -60,6 +60,14 @@ unsigned short closed_port() {
     return a.local_endpoint().port();
 }
 
+// Until the daemon serves the WebSocket channel the --url cases cannot run (a plain GET of /v1/ws
+// is then 404): they say so and pass.
+bool serves_ws(const daemon_fixture& d, std::string_view test) {
+    if (d.request("GET", "/v1/ws").status != 404) return true;
+    BOOST_TEST_MESSAGE("SKIPPED " << test << ": this daemon does not serve /v1/ws yet");
+    return false;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(chat_cli)
@@ -178,13 +186,7 @@ BOOST_AUTO_TEST_CASE(an_unreachable_daemon_exits_1) {
 
 BOOST_AUTO_TEST_CASE(over_websocket_replies_tools_and_acks) {
     daemon_fixture d;
-    // Until the daemon serves the WebSocket channel this cannot run (a plain GET is then 404).
-    auto probe = d.request("GET", "/v1/ws");
-    if (probe.status == 404) {
-        BOOST_TEST_MESSAGE("SKIPPED over_websocket_replies_tools_and_acks: this daemon does not "
-                           "serve /v1/ws yet");
-        return;
-    }
+    if (!serves_ws(d, "over_websocket_replies_tools_and_acks")) return;
     std::string port = std::to_string(d.daemon->port());
     auto r = run_baton({"chat", "--url", "ws://127.0.0.1:" + port + "/v1/ws", "--session", "w1"},
                        "hello\n/help\nagain\n", 20s);
@@ -197,6 +199,22 @@ BOOST_AUTO_TEST_CASE(over_websocket_replies_tools_and_acks) {
     auto later = run_baton({"chat", "--url", "http://127.0.0.1:" + port, "--session", "w1"}, "", 20s);
     BOOST_TEST(later.exit_code == 0, later.output);
     BOOST_TEST(later.output.find("echo:") == std::string::npos, later.output);
+}
+
+BOOST_AUTO_TEST_CASE(over_websocket_the_chat_reconnects_when_the_daemon_restarts) {
+    daemon_fixture d;
+    if (!serves_ws(d, "over_websocket_the_chat_reconnects_when_the_daemon_restarts")) return;
+    std::string port = std::to_string(d.daemon->port());
+    cli_process chat({"chat", "--url", "ws://127.0.0.1:" + port, "--session", "r1"});
+    BOOST_REQUIRE(chat.write("one\n"));
+    BOOST_TEST_REQUIRE(chat.wait_for("baton> echo: one\n"), chat.output());
+    d.stop();
+    d.start({"--listen", "127.0.0.1:" + port});
+    BOOST_REQUIRE(chat.write("two\n"));
+    BOOST_TEST_REQUIRE(chat.wait_for("baton> echo: two\n", 15s), chat.output());
+    int code = chat.wait(10s);
+    BOOST_TEST(code == 0, "exit " << code << ": " << chat.output());
+    check_in_order(chat.output(), {"baton> echo: one\n", "[reconnected]", "baton> echo: two\n"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()
