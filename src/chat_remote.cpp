@@ -96,9 +96,10 @@ struct remote_chat {
     std::string session;
     bool tty;
     chat_view view{std::cout, chat_view::mode::remote};
-    std::vector<message> messages;                        // "c-N" is messages[N-1]
-    std::set<std::string> finished_turns;                 // no reply frame to wait for
-    std::map<std::string, std::string> completed_replies; // turn.finished said completed with this
+    std::vector<message> messages;        // "c-N" is messages[N-1]
+    std::set<std::string> finished_turns; // no reply frame to wait for
+    // Turns that turn.finished said completed with this reply, and when it said so.
+    std::map<std::string, std::pair<std::string, clock_type::time_point>> completed_replies;
     std::set<std::string> seen_keys;
     std::shared_ptr<ws_client> ws;
     std::uint64_t generation = 0; // one per connection
@@ -141,9 +142,7 @@ struct remote_chat {
     }
 
     void maybe_finish() {
-        if (outstanding()) return;
-        if (eof) return finish(0);
-        if (tty) view.prompt();
+        if (!outstanding() && eof) finish(0);
     }
 
     void mark_turn_done(const std::string& tid) {
@@ -169,20 +168,35 @@ struct remote_chat {
     void on_eof() {
         eof = true;
         maybe_finish();
-        // A completed turn's reply comes as a reply frame; should one never come, the text that
-        // turn.finished carried is shown after a while instead of waiting forever.
-        grace.expires_after(5s);
-        grace.async_wait([this](boost::system::error_code ec) {
-            if (ec || exit_code >= 0) return;
-            for (auto [tid, reply] : std::map(completed_replies)) {
-                view.on_reply(tid, reply);
+        check_replies();
+    }
+
+    // A completed turn's reply comes as a reply frame; should one not come within 5 s, the text
+    // that turn.finished carried is shown instead of waiting forever (after stdin ended only).
+    void check_replies() {
+        if (exit_code >= 0) return;
+        auto now = clock_type::now();
+        for (auto [tid, pending] : std::map(completed_replies))
+            if (now - pending.second > 5s) {
+                view.on_reply(tid, pending.first);
                 mark_turn_done(tid);
             }
-            maybe_finish();
+        maybe_finish();
+        grace.expires_after(1s);
+        grace.async_wait([this](boost::system::error_code ec) {
+            if (!ec) check_replies();
         });
     }
 
     void on_frame(const std::string& text) {
+        bool waiting = outstanding();
+        handle_frame(text);
+        // A person at a terminal is asked for the next line once every answer is in.
+        if (tty && !eof && waiting && !outstanding()) view.prompt();
+        maybe_finish();
+    }
+
+    void handle_frame(const std::string& text) {
         boost::system::error_code ec;
         auto v = json::parse(text, ec);
         if (ec || !v.is_object()) return view.note("[bad frame from the daemon: " + text + "]");
@@ -203,7 +217,7 @@ struct remote_chat {
             if (event != "turn.finished") return;
             std::string reply = str(data, "reply");
             if (str(data, "status") == "completed" && !reply.empty())
-                completed_replies[tid] = reply;
+                completed_replies[tid] = {reply, clock_type::now()};
             else
                 mark_turn_done(tid);
         } else if (type == "reply") {
@@ -216,10 +230,7 @@ struct remote_chat {
         } else if (type == "error") {
             view.on_error(str(f, "code"), str(f, "message"));
             if (message* m = find(str(f, "id"))) m->done = true;
-        } else {
-            return; // pong and anything newer
-        }
-        maybe_finish();
+        } // pong and anything newer: nothing to do
     }
 
     message* find(const std::string& id) {
