@@ -81,6 +81,20 @@ BOOST_AUTO_TEST_CASE(in_process_each_line_gets_its_reply_in_order_and_eof_exits_
     BOOST_TEST(r.output.find("echo: \n") == std::string::npos, r.output);
 }
 
+BOOST_AUTO_TEST_CASE(more_lines_than_the_session_queue_holds_all_get_their_reply_in_order) {
+    // max_queued is 32: a pipe outruns the session, and the chat waits for room instead of failing.
+    std::string input;
+    std::vector<std::string> expected;
+    for (int i = 1; i <= 100; ++i) {
+        input += "line " + std::to_string(i) + "\n";
+        expected.push_back("baton> echo: line " + std::to_string(i) + "\n");
+    }
+    auto r = run_baton({"chat"}, input, 30s);
+    BOOST_TEST(r.exit_code == 0, r.output);
+    check_in_order(r.output, expected);
+    BOOST_TEST(r.output.find("[error") == std::string::npos, r.output);
+}
+
 BOOST_AUTO_TEST_CASE(a_direct_command_is_answered_without_the_model) {
     auto r = run_baton({"chat"}, "/help\n/model\n");
     BOOST_TEST(r.exit_code == 0, r.output);
