@@ -194,21 +194,14 @@ int run_local_chat(const chat_options& opts) {
     if (!std::getenv("BATON_LOG")) log::set_level(log::level::error);
 
     asio::io_context ioc(1);
-    std::shared_ptr<store> st;
-    std::unique_ptr<store_runner> db;
-    std::unique_ptr<framework> fw;
-    std::shared_ptr<http_client> http;
+    runtime_parts parts;
     try {
-        st = open_store(cfg);
-        db = std::make_unique<store_runner>(st);
-        fw = std::make_unique<framework>(*db);
-        http = std::make_shared<http_client>(ioc.get_executor());
-        add_agents_and_tools(*fw, cfg, ioc.get_executor(), http);
+        parts = build_runtime_parts(cfg, ioc.get_executor());
     } catch (const std::exception& e) {
         std::cerr << "baton: " << e.what() << "\n";
         return 1;
     }
-    runtime rt(ioc.get_executor(), *fw);
+    runtime rt(ioc.get_executor(), *parts.fw);
     local_chat chat(ioc, rt, opts.session);
     // Before any accept, so that no event of ours is missed. Called on the publisher's thread.
     auto listener = rt.events().listen(opts.session, [&chat](const event_ptr& e) {
@@ -240,7 +233,7 @@ int run_local_chat(const chat_options& opts) {
     work.reset();
     ioc.stop();
     io.join();
-    db->stop();
+    parts.db->stop();
     return code;
 }
 

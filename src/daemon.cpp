@@ -89,20 +89,15 @@ int run_daemon(const serve_options& opts) {
     unsigned threads = cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads)
                                               : std::max(1u, std::thread::hardware_concurrency());
     asio::io_context ioc(static_cast<int>(threads));
-    std::shared_ptr<store> st;
-    std::unique_ptr<store_runner> db;
-    std::unique_ptr<framework> fw;
-    std::shared_ptr<http_client> http;
+    runtime_parts parts;
     try {
-        st = open_store(cfg);
-        db = std::make_unique<store_runner>(st);
-        fw = std::make_unique<framework>(*db);
-        http = std::make_shared<http_client>(ioc.get_executor());
-        add_agents_and_tools(*fw, cfg, ioc.get_executor(), http);
+        parts = build_runtime_parts(cfg, ioc.get_executor());
     } catch (const std::exception& e) {
         std::cerr << "baton: " << e.what() << "\n";
         return 1;
     }
+    auto& db = parts.db;
+    auto& fw = parts.fw;
     runtime rt(ioc.get_executor(), *fw);
     std::atomic<bool> ready{false};
     http_server_options hopts;

@@ -6,6 +6,7 @@
 #include <baton/framework.hpp>
 #include <baton/http_client.hpp>
 #include <baton/store.hpp>
+#include <baton/store_runner.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -19,12 +20,17 @@ namespace baton {
 // nullopt when the file is invalid or unreadable (the caller exits 2).
 std::optional<config> load_config_or_report(const std::optional<std::string>& file);
 
-// The store the config names. Throws std::runtime_error for one this build cannot open.
-std::shared_ptr<store> open_store(const config& cfg);
+// What a runtime stands on, built from the config: the store (behind its runner), the framework
+// with the config's agents (each with its model client) and HTTP tools, and their HTTP client.
+// Members go in reverse order: the framework before the runner it uses. Call db->stop() after the
+// io threads have been joined.
+struct runtime_parts {
+    std::unique_ptr<store_runner> db;
+    std::unique_ptr<framework> fw;
+    std::shared_ptr<http_client> http;
+};
 
-// Adds the config's agents (each with its model client) and HTTP tools to `fw`.
-// Throws std::runtime_error for an unknown model provider.
-void add_agents_and_tools(framework& fw, const config& cfg, asio::any_io_executor ex,
-                          const std::shared_ptr<http_client>& http);
+// Throws std::runtime_error for a store this build cannot open or an unknown model provider.
+runtime_parts build_runtime_parts(const config& cfg, asio::any_io_executor ex);
 
 } // namespace baton
