@@ -3,8 +3,6 @@
 
 #include <baton/log.hpp>
 
-#include <openssl/evp.h>
-
 #include <cctype>
 
 namespace baton::http {
@@ -27,25 +25,6 @@ bool is_json_media_type(std::string_view ct) {
         c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return lower == "application/json" ||
            (lower.starts_with("application/") && lower.ends_with("+json"));
-}
-
-std::string sha256_hex(std::string_view a, std::string_view b) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-    EVP_DigestUpdate(ctx, a.data(), a.size());
-    EVP_DigestUpdate(ctx, "\n", 1);
-    EVP_DigestUpdate(ctx, b.data(), b.size());
-    EVP_DigestFinal_ex(ctx, md, &len);
-    EVP_MD_CTX_free(ctx);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-        out.push_back(hex[md[i] >> 4]);
-        out.push_back(hex[md[i] & 15]);
-    }
-    return out;
 }
 
 bool valid_idempotency_key(std::string_view k) {
@@ -122,7 +101,7 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
             co_return error_reply(errc::invalid_request,
                                   "Idempotency-Key: 1-255 visible ASCII characters expected");
         ar.idem.key = req.idempotency_key;
-        ar.idem.fingerprint = sha256_hex(sid, req.body);
+        ar.idem.fingerprint = sha256_hex(sid + "\n" + std::string(req.body));
     }
     auto result = co_await rt_.accept(std::move(ar));
     if (auto* err = std::get_if<api_error>(&result)) co_return error_reply(err->code, err->message);
