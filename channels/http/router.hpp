@@ -19,7 +19,10 @@ enum class route_id {
     get_session,
     get_tape,
     healthz,
-    readyz
+    readyz,
+    turn_events,
+    websocket,
+    list_outbox
 };
 
 struct route_match {
@@ -39,5 +42,7 @@ struct query_int {
     std::string error;
 };
 query_int query_param_int(std::string_view query, std::string_view name);
+// A query parameter's decoded value; nullopt when absent (or the query is malformed).
+std::optional<std::string> query_param(std::string_view query, std::string_view name);
 
 } // namespace baton::http

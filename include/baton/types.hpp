@@ -62,6 +62,8 @@ struct turn_record {
 
 // The public JSON of a turn record (API.md "Turn record").
 json::object to_json(const turn_record& t);
+// The data of its turn.finished event: {status, reply, error (when set)}.
+json::object finished_event_data(const turn_record& t);
 
 enum class tape_kind { message, tool_call, tool_result, anchor, event, error };
 std::string_view to_string(tape_kind k);
