@@ -48,7 +48,7 @@ std::string one_line_preview(std::string_view s, std::size_t max) {
 }
 
 void chat_view::end_line() {
-    if (open_line_) out_ << '\n';
+    if (open_line_) out_ << '\n' << std::flush;
     open_line_ = false;
     streaming_turn_.clear();
 }
