@@ -198,9 +198,9 @@ BOOST_AUTO_TEST_CASE(an_unreachable_daemon_exits_1) {
     BOOST_TEST(r.output.find("cannot connect to ws://127.0.0.1:" + port) != std::string::npos, r.output);
 }
 
-BOOST_AUTO_TEST_CASE(over_websocket_replies_tools_and_acks) {
+BOOST_AUTO_TEST_CASE(over_websocket_each_reply_is_shown_once_and_acked) {
     daemon_fixture d;
-    if (!serves_ws(d, "over_websocket_replies_tools_and_acks")) return;
+    if (!serves_ws(d, "over_websocket_each_reply_is_shown_once_and_acked")) return;
     std::string port = std::to_string(d.daemon->port());
     auto r = run_baton({"chat", "--url", "ws://127.0.0.1:" + port + "/v1/ws", "--session", "w1"},
                        "hello\n/help\nagain\n", 20s);
@@ -213,6 +213,22 @@ BOOST_AUTO_TEST_CASE(over_websocket_replies_tools_and_acks) {
     auto later = run_baton({"chat", "--url", "http://127.0.0.1:" + port, "--session", "w1"}, "", 20s);
     BOOST_TEST(later.exit_code == 0, later.output);
     BOOST_TEST(later.output.find("echo:") == std::string::npos, later.output);
+}
+
+BOOST_AUTO_TEST_CASE(over_websocket_tool_calls_and_steps_are_shown_as_in_process) {
+    daemon_fixture d(daemon_fixture::deferred{});
+    fake_openai model;
+    model.push(clock_call_stream());
+    model.push(fake_reply::stream_text({"It is ", "about ", "noon"}));
+    d.start({"--config", fake_model_config(d, model)});
+    if (!serves_ws(d, "over_websocket_tool_calls_and_steps_are_shown_as_in_process")) return;
+    std::string url = "ws://127.0.0.1:" + std::to_string(d.daemon->port());
+    auto r = run_baton({"chat", "--url", url, "--session", "t1"}, "what time is it?\n", 20s);
+    BOOST_TEST(r.exit_code == 0, r.output);
+    check_in_order(r.output, {"  [tool clock {}]\n", "  [tool clock -> ok: 20", "  [step 2]\n",
+                              "baton> It is about noon\n"});
+    // The streamed text and the reply frame are one reply.
+    BOOST_TEST(r.output.find("noon", r.output.find("noon") + 1) == std::string::npos, r.output);
 }
 
 BOOST_AUTO_TEST_CASE(over_websocket_the_chat_reconnects_when_the_daemon_restarts) {
