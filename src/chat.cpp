@@ -113,15 +113,15 @@ struct local_chat {
         done.set_value(code);
     }
 
-    void on_event(const event_ptr& e) {
+    void on_event(const std::string& turn_id, const event_ptr& e) {
         boost::system::error_code ec;
         auto v = json::parse(e->data, ec);
         static const json::object empty;
         const json::object& data = !ec && v.is_object() ? v.get_object() : empty;
-        if (e->type == "turn.queued") running.insert(e->turn_id);
-        view.on_event(e->turn_id, e->type, data);
+        if (e->type == "turn.queued") running.insert(turn_id);
+        view.on_event(turn_id, e->type, data);
         if (e->type != "turn.finished") return;
-        running.erase(e->turn_id);
+        running.erase(turn_id);
         if (!running.empty()) return;
         if (interrupted || eof)
             finish(interrupted ? 130 : 0);
@@ -204,8 +204,8 @@ int run_local_chat(const chat_options& opts) {
     runtime rt(ioc.get_executor(), *parts.fw);
     local_chat chat(ioc, rt, opts.session);
     // Before any accept, so that no event of ours is missed. Called on the publisher's thread.
-    auto listener = rt.events().listen(opts.session, [&chat](const event_ptr& e) {
-        asio::post(chat.out, [&chat, e] { chat.on_event(e); });
+    auto listener = rt.events().listen(opts.session, [&chat](const turn_log& log, const event_ptr& e) {
+        asio::post(chat.out, [&chat, id = log.turn_id(), e] { chat.on_event(id, e); });
     });
 
     auto work = asio::make_work_guard(ioc);

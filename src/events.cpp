@@ -5,14 +5,12 @@
 namespace baton {
 
 turn_log::turn_log(std::string turn_id, std::string session_id, std::size_t capacity,
-                   std::function<void(const event_ptr&)> fan_out)
+                   std::function<void(const turn_log&, const event_ptr&)> fan_out)
     : turn_id_(std::move(turn_id)), session_id_(std::move(session_id)),
       capacity_(capacity < 2 ? 2 : capacity), fan_out_(std::move(fan_out)) {}
 
 event_ptr turn_log::publish(std::string_view type, const json::object& data) {
     auto e = std::make_shared<turn_event>();
-    e->turn_id = turn_id_;
-    e->session_id = session_id_;
     e->type = type;
     e->data = json::serialize(data);
     std::vector<std::function<void()>> wake;
@@ -21,14 +19,14 @@ event_ptr turn_log::publish(std::string_view type, const json::object& data) {
         if (finished_) return nullptr;
         e->seq = next_seq_++;
         events_.push_back(e);
-        while (events_.size() > capacity_)
-            events_.pop_front();
+        if (events_.size() >= 2 * capacity_)
+            events_.erase(events_.begin(), events_.begin() + static_cast<std::ptrdiff_t>(capacity_));
         if (type == "turn.finished") finished_ = e;
         wake.swap(wakers_);
     }
     for (auto& w : wake)
         w();
-    if (fan_out_) fan_out_(e);
+    if (fan_out_) fan_out_(*this, e);
     return e;
 }
 
@@ -57,6 +55,14 @@ bool turn_log::finished() const {
     return finished_ != nullptr;
 }
 
+void turn_log::compact() {
+    std::lock_guard lock(mutex_);
+    if (events_.size() > capacity_)
+        events_.erase(events_.begin(),
+                      events_.end() - static_cast<std::ptrdiff_t>(capacity_));
+    events_.shrink_to_fit();
+}
+
 std::int64_t turn_log::last_seq() const {
     std::lock_guard lock(mutex_);
     return next_seq_ - 1;
@@ -69,7 +75,7 @@ std::shared_ptr<turn_log> event_hub::open(const std::string& turn_id, const std:
     auto& slot = logs_[turn_id];
     if (!slot)
         slot = std::make_shared<turn_log>(turn_id, session_id, opts_.events_per_turn,
-                                          [this](const event_ptr& e) { fan_out(e); });
+                                          [this](const turn_log& l, const event_ptr& e) { fan_out(l, e); });
     return slot;
 }
 
@@ -81,6 +87,7 @@ std::shared_ptr<turn_log> event_hub::find(const std::string& turn_id) {
 }
 
 void event_hub::retire(const std::string& turn_id) {
+    if (auto log = find(turn_id)) log->compact();
     std::lock_guard lock(mutex_);
     auto now = std::chrono::steady_clock::now();
     retired_.push_back({turn_id, now});
@@ -100,11 +107,10 @@ std::size_t event_hub::live_logs() const {
     return logs_.size();
 }
 
-std::uint64_t event_hub::listen(const std::string& session_id, std::function<void(const event_ptr&)> f) {
+std::uint64_t event_hub::listen(const std::string& session_id, event_listener f) {
     std::lock_guard lock(listeners_mutex_);
     auto id = next_listener_++;
-    listeners_[session_id].push_back(
-        {id, std::make_shared<std::function<void(const event_ptr&)>>(std::move(f))});
+    listeners_[session_id].push_back({id, std::make_shared<event_listener>(std::move(f))});
     return id;
 }
 
@@ -116,18 +122,18 @@ void event_hub::unlisten(const std::string& session_id, std::uint64_t id) {
     if (it->second.empty()) listeners_.erase(it);
 }
 
-void event_hub::fan_out(const event_ptr& e) {
-    std::vector<std::shared_ptr<std::function<void(const event_ptr&)>>> targets;
+void event_hub::fan_out(const turn_log& log, const event_ptr& e) {
+    std::vector<std::shared_ptr<event_listener>> targets;
     {
         std::lock_guard lock(listeners_mutex_);
         if (listeners_.empty()) return;
-        auto it = listeners_.find(e->session_id);
+        auto it = listeners_.find(log.session_id());
         if (it == listeners_.end()) return;
         for (const auto& l : it->second)
             targets.push_back(l.f);
     }
     for (auto& f : targets)
-        (*f)(e);
+        (*f)(log, e);
 }
 
 std::string sse_frame(const turn_event& e) {
@@ -143,11 +149,11 @@ std::string sse_frame(const turn_event& e) {
     return out;
 }
 
-std::string ws_event_frame(const turn_event& e) {
+std::string ws_event_frame(std::string_view turn_id, const turn_event& e) {
     std::string out;
-    out.reserve(e.type.size() + e.data.size() + e.turn_id.size() + 64);
+    out.reserve(e.type.size() + e.data.size() + turn_id.size() + 64);
     out += R"({"type":"event","turn_id":)";
-    out += json::serialize(json::string(e.turn_id));
+    out += json::serialize(json::string(turn_id));
     out += R"(,"seq":)";
     out += std::to_string(e.seq);
     out += R"(,"event":)";

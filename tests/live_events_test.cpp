@@ -141,7 +141,9 @@ BOOST_AUTO_TEST_CASE(frames_dropped_from_the_buffer_give_a_leading_gap) {
     auto tid = d.post("many deltas");
     d.wait_for_turn(tid);
     auto frames = events_of(d, tid);
-    BOOST_TEST_REQUIRE(frames.size() == 9u); // the gap, then the 8 kept
+    // The gap, then what is kept: at least the last 8 events.
+    BOOST_TEST_REQUIRE(frames.size() >= 9u);
+    BOOST_TEST_REQUIRE(frames.size() <= 17u);
     BOOST_TEST(frames.front().event == "stream.gap");
     BOOST_TEST(frames.front().data.at("from").as_int64() == 1);
     auto to = frames.front().data.at("to").as_int64();

@@ -232,8 +232,6 @@ api::open_events(const request_view& req, const std::string& tid, std::string_vi
     }
     // Its events are no longer kept: a late subscriber still learns how it ended.
     auto fin = std::make_shared<turn_event>();
-    fin->turn_id = tid;
-    fin->session_id = rec->session_id;
     fin->seq = es.after + 1;
     fin->type = "turn.finished";
     fin->data = json::serialize(finished_event_data(*rec));

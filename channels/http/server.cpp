@@ -268,8 +268,11 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         std::string turn_id, query;
         auto kind = classify(req, turn_id, query);
         if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
-            // The connection belongs to the WebSocket channel from here on.
-            co_await ws::serve(*self->ws, std::move(stream), parser.release());
+            // The connection belongs to the WebSocket channel from here on; this coroutine (and
+            // its buffers) ends now, so that an idle WebSocket costs only what it needs itself.
+            auto ex = stream.get_executor();
+            asio::co_spawn(ex, ws::serve(*self->ws, std::move(stream), parser.release()),
+                           log::spawn_logger{"ws connection"});
             co_return;
         }
         if (kind == stream_kind::websocket) {

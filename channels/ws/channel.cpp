@@ -102,8 +102,8 @@ asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
         if (std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session_id; }))
             co_return;
         std::weak_ptr<connection> weak = c;
-        auto listener = rt_.events().listen(session_id, [weak](const event_ptr& e) {
-            if (auto conn = weak.lock()) conn->send(ws_event_frame(*e));
+        auto listener = rt_.events().listen(session_id, [weak](const turn_log& log, const event_ptr& e) {
+            if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
         });
         subs.emplace_back(session_id, listener);
         by_session_[session_id].push_back(weak);

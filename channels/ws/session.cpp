@@ -24,97 +24,102 @@ namespace websocket = boost::beast::websocket;
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
-// A connection: frames to send wait in a bounded queue drained by the one writer coroutine;
-// the reader coroutine handles what the client sends. Both run on the connection's strand.
+// A connection: frames to send wait in a bounded queue, drained by a writer coroutine that runs
+// only while there is something to send (an idle connection keeps no writer frames); the reader
+// coroutine handles what the client sends. Both run on the connection's strand.
 class session final : public connection, public std::enable_shared_from_this<session> {
 public:
     session(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream)
-        : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)), wake_(ws_.get_executor()) {}
+        : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)) {}
 
     void send(std::string frame) override {
-        std::lock_guard lock(mutex_);
-        if (closing_) return;
-        if (queue_.size() >= ch_.opts().max_queued_frames) {
-            // Too far behind: dropped, never buffered without bound.
-            closing_ = true;
-            close_code_ = websocket::close_code::policy_error;
-        } else {
-            queue_.push_back(std::move(frame));
+        {
+            std::lock_guard lock(mutex_);
+            if (closing_) return;
+            if (queue_.size() >= ch_.opts().max_queued_frames) {
+                // Too far behind: dropped, never buffered without bound.
+                closing_ = true;
+                close_code_ = websocket::close_code::policy_error;
+            } else {
+                queue_.push_back(std::move(frame));
+            }
+            if (writer_running_) return;
+            writer_running_ = true;
         }
-        wake_writer();
+        start_writer();
     }
 
     void close() override {
-        std::lock_guard lock(mutex_);
-        if (closing_) return;
-        closing_ = true;
-        close_code_ = websocket::close_code::going_away;
-        wake_writer();
+        {
+            std::lock_guard lock(mutex_);
+            if (closing_) return;
+            closing_ = true;
+            close_code_ = websocket::close_code::going_away;
+            if (writer_running_) return;
+            writer_running_ = true;
+        }
+        start_writer();
     }
 
-    asio::awaitable<void> run(bhttp::request<bhttp::string_body> req);
+    asio::any_io_executor executor() { return ws_.get_executor(); }
+
+    // The upgrade; false when it failed. The request is not kept after it.
+    asio::awaitable<bool> accept(bhttp::request<bhttp::string_body> req);
+    // Reads frames until the connection ends.
+    static asio::awaitable<void> read_loop(std::shared_ptr<session> self);
 
 private:
-    // Under mutex_. The writer checks the queue and starts its wait in one strand handler, so a
-    // cancel posted to the strand after a push always finds it waiting or the frame queued.
-    void wake_writer() {
-        if (!writer_waiting_) return;
-        writer_waiting_ = false;
-        asio::post(ws_.get_executor(), [self = shared_from_this()] { self->wake_.cancel(); });
+    // Not under mutex_: a spawn from the strand may run the writer's first steps at once.
+    void start_writer() {
+        asio::co_spawn(ws_.get_executor(), write_loop(shared_from_this()), log::spawn_logger{"ws writer"});
     }
-
-    asio::awaitable<void> write_loop();
+    static asio::awaitable<void> write_loop(std::shared_ptr<session> self);
     asio::awaitable<void> handle(std::string_view text);
     asio::awaitable<void> on_message(const json::object& f, std::string_view id);
 
     channel& ch_;
     std::shared_ptr<void> slot_; // this connection's place among max_connections
     websocket::stream<beast::tcp_stream> ws_;
-    asio::steady_timer wake_;
     std::mutex mutex_;
     std::deque<std::string> queue_;
-    bool writer_waiting_ = false;
+    bool writer_running_ = false; // stays true once closing: nothing more is written
     bool closing_ = false;
-    bool writer_done_ = false;
     websocket::close_code close_code_ = websocket::close_code::normal;
 };
 
-asio::awaitable<void> session::write_loop() {
+asio::awaitable<void> session::write_loop(std::shared_ptr<session> self) {
     for (;;) {
         std::string frame;
+        websocket::close_code code = websocket::close_code::normal;
         {
-            std::unique_lock lock(mutex_);
-            if (closing_) break;
-            if (queue_.empty()) {
-                writer_waiting_ = true;
-                lock.unlock();
-                wake_.expires_at(asio::steady_timer::time_point::max());
-                co_await wake_.async_wait(use_tuple);
-                continue;
+            std::lock_guard lock(self->mutex_);
+            if (self->closing_) {
+                code = self->close_code_;
+                self->close_code_ = websocket::close_code::normal; // sent once
+            } else if (self->queue_.empty()) {
+                self->writer_running_ = false;
+                co_return;
+            } else {
+                frame = std::move(self->queue_.front());
+                self->queue_.pop_front();
             }
-            frame = std::move(queue_.front());
-            queue_.pop_front();
         }
-        ws_.text(true);
-        auto [ec, n] = co_await ws_.async_write(asio::buffer(frame), use_tuple);
+        if (frame.empty()) {
+            // Closing (drain, or too far behind); the reader then sees the close and ends.
+            if (code != websocket::close_code::normal) co_await self->ws_.async_close(code, use_tuple);
+            co_return;
+        }
+        self->ws_.text(true);
+        auto [ec, n] = co_await self->ws_.async_write(asio::buffer(frame), use_tuple);
         if (ec) {
-            std::lock_guard lock(mutex_);
-            closing_ = true;
-            writer_done_ = true;
+            std::lock_guard lock(self->mutex_);
+            self->closing_ = true;
             co_return;
         }
     }
-    websocket::close_code code;
-    {
-        std::lock_guard lock(mutex_);
-        code = close_code_;
-        writer_done_ = true;
-    }
-    // The reader sees the close and ends the connection.
-    if (code != websocket::close_code::normal) co_await ws_.async_close(code, use_tuple);
 }
 
-asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
+asio::awaitable<bool> session::accept(bhttp::request<bhttp::string_body> req) {
     auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
     timeouts.idle_timeout = ch_.opts().idle_timeout;
     timeouts.keep_alive_pings = true;
@@ -126,12 +131,13 @@ asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
     ws_.read_message_max(0);
     beast::get_lowest_layer(ws_).expires_never();
     auto [aec] = co_await ws_.async_accept(req, use_tuple);
-    if (aec) co_return;
-    auto self = shared_from_this();
-    ch_.attach(self);
-    auto writer = [](std::shared_ptr<session> s) -> asio::awaitable<void> { co_await s->write_loop(); };
-    asio::co_spawn(ws_.get_executor(), writer(self), log::spawn_logger{"ws writer"});
+    co_return !aec;
+}
 
+asio::awaitable<void> session::read_loop(std::shared_ptr<session> self) {
+    auto& ws_ = self->ws_;
+    auto& ch_ = self->ch_;
+    ch_.attach(self);
     beast::flat_buffer buffer;
     const std::size_t limit = ch_.opts().max_frame_bytes;
     for (;;) {
@@ -140,23 +146,27 @@ asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
                                                     use_tuple);
         if (ec) break; // closed or timed out
         if (buffer.size() > limit) {
-            co_await ws_.async_close(websocket::close_code::too_big, use_tuple);
+            bool closed_already;
+            {
+                std::lock_guard lock(self->mutex_);
+                closed_already = self->closing_;
+                self->closing_ = true;
+            }
+            if (!closed_already) co_await ws_.async_close(websocket::close_code::too_big, use_tuple);
             break;
         }
         if (!ws_.is_message_done()) continue;
         if (!ws_.got_text()) {
-            send(error_frame("", "invalid_request", "frames must be text (one JSON object each)"));
+            self->send(error_frame("", "invalid_request", "frames must be text (one JSON object each)"));
         } else {
             auto data = buffer.cdata();
-            co_await handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
+            co_await self->handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
         }
         buffer.consume(buffer.size());
     }
-    ch_.detach(this);
-    std::lock_guard lock(mutex_);
-    closing_ = true;
-    close_code_ = websocket::close_code::normal;
-    wake_writer();
+    ch_.detach(self.get());
+    std::lock_guard lock(self->mutex_);
+    self->closing_ = true;
 }
 
 std::string_view string_field(const json::object& f, std::string_view key) {
@@ -262,7 +272,10 @@ asio::awaitable<void> serve(channel& ch, beast::tcp_stream stream, bhttp::reques
         co_return;
     }
     auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream));
-    co_await s->run(std::move(req));
+    if (!co_await s->accept(std::move(req))) co_return;
+    // This coroutine ends here, with the upgrade request it holds.
+    auto ex = s->executor();
+    asio::co_spawn(ex, session::read_loop(std::move(s)), log::spawn_logger{"ws connection"});
 }
 
 } // namespace baton::ws

@@ -23,20 +23,22 @@ namespace baton {
 
 namespace json = boost::json;
 
+// One event of one turn (its log knows which turn).
 struct turn_event {
-    std::string turn_id;
-    std::string session_id;
     std::int64_t seq = 0;
     std::string type; // "turn.queued", "model.delta", ... (API.md)
     std::string data; // the event's JSON object, serialized once for every reader
 };
 using event_ptr = std::shared_ptr<const turn_event>;
 
+class turn_log;
+using event_listener = std::function<void(const turn_log&, const event_ptr&)>;
+
 // One turn's events. Thread-safe.
 class turn_log {
 public:
     turn_log(std::string turn_id, std::string session_id, std::size_t capacity,
-             std::function<void(const event_ptr&)> fan_out);
+             std::function<void(const turn_log&, const event_ptr&)> fan_out);
 
     const std::string& turn_id() const { return turn_id_; }
     const std::string& session_id() const { return session_id_; }
@@ -58,14 +60,18 @@ public:
 
     bool finished() const;
     std::int64_t last_seq() const;
+    // Once finished: gives back the memory a long turn's buffer no longer needs.
+    void compact();
 
 private:
     const std::string turn_id_;
     const std::string session_id_;
     const std::size_t capacity_;
-    std::function<void(const event_ptr&)> fan_out_;
+    std::function<void(const turn_log&, const event_ptr&)> fan_out_;
     mutable std::mutex mutex_;
-    std::deque<event_ptr> events_; // the last `capacity_` events, turn.finished always kept
+    // At least the last `capacity_` events (at most twice that: the front is dropped in bulk);
+    // turn.finished, the last one, is always kept.
+    std::vector<event_ptr> events_;
     event_ptr finished_;
     std::int64_t next_seq_ = 1;
     std::vector<std::function<void()>> wakers_;
@@ -91,13 +97,13 @@ public:
 
     // Every event of the session's turns from now on, called on the publisher's thread with no
     // hub lock held. The listener must not block (queue and post). Returns an id for unlisten.
-    std::uint64_t listen(const std::string& session_id, std::function<void(const event_ptr&)> f);
+    std::uint64_t listen(const std::string& session_id, event_listener f);
     void unlisten(const std::string& session_id, std::uint64_t id);
 
     std::size_t live_logs() const;
 
 private:
-    void fan_out(const event_ptr& e);
+    void fan_out(const turn_log& log, const event_ptr& e);
     void expire_locked(std::chrono::steady_clock::time_point now);
 
     event_hub_options opts_;
@@ -111,7 +117,7 @@ private:
     mutable std::mutex listeners_mutex_;
     struct listener {
         std::uint64_t id;
-        std::shared_ptr<std::function<void(const event_ptr&)>> f;
+        std::shared_ptr<event_listener> f;
     };
     std::unordered_map<std::string, std::vector<listener>> listeners_;
     std::uint64_t next_listener_ = 1;
@@ -120,6 +126,6 @@ private:
 // The SSE frame of an event (`id:`, `event:`, `data:` lines and a blank line).
 std::string sse_frame(const turn_event& e);
 // The WebSocket frame of an event: {"type":"event","turn_id","seq","event","data"}.
-std::string ws_event_frame(const turn_event& e);
+std::string ws_event_frame(std::string_view turn_id, const turn_event& e);
 
 } // namespace baton
