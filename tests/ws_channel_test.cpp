@@ -188,4 +188,49 @@ BOOST_AUTO_TEST_CASE(cancel_over_websocket_stops_the_running_turn) {
     BOOST_TEST(fin.at("data").at("status").as_string() == "stopped");
 }
 
+BOOST_AUTO_TEST_CASE(a_subscriber_that_falls_behind_is_dropped_and_its_reply_waits_in_the_outbox) {
+    model_daemon d(json::object{}, true, {}, {},
+                   json::object{{"channels", {{"ws", {{"max_queued_frames", 16}}}}}});
+    // ~4 MB of deltas: far more than the socket buffers of a client that does not read.
+    std::vector<std::string> deltas(2000, std::string(2000, 'z'));
+    d.model.push(fake_reply::stream_text(deltas, 64 * 1024));
+    auto slow = open_ws(d);
+    slow->send(message("w6", "flood me", "c-1"));
+    // The turn is not slowed by the client that does not read.
+    auto listing = [&] { return d.request("GET", "/v1/outbox?status=pending").body; };
+    std::string pending;
+    for (int i = 0; i < 500 && pending.find("\"w6\"") == std::string::npos; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        pending = listing();
+    }
+    BOOST_TEST_REQUIRE(pending.find("\"w6\"") != std::string::npos, pending);
+    // What it finally reads ends with a close (1008), not with the whole flood.
+    std::size_t frames = 0;
+    while (slow->read())
+        ++frames;
+    BOOST_TEST(slow->close_code() == 1008);
+    BOOST_TEST(frames < 2000u);
+    // The reply was not lost: a new connection gets it.
+    auto back = open_ws(d);
+    back->send({{"type", "subscribe"}, {"session", "w6"}});
+    auto reply = back->read_until(frame_type("reply"));
+    BOOST_TEST(string_at(reply, "text").starts_with("zzzz")); // clipped at limits.max_reply_bytes
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_that_stops_answering_pings_is_closed_after_the_idle_timeout) {
+    model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"idle_timeout_ms", 400}}}}}});
+    auto c = d.connect(std::chrono::milliseconds(5000));
+    auto r = c.request("GET", "/v1/ws", {},
+                       {{"Upgrade", "websocket"},
+                        {"Connection", "Upgrade"},
+                        {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                        {"Sec-WebSocket-Version", "13"}});
+    BOOST_TEST_REQUIRE(r.status == 101u);
+    // This peer never answers: the daemon pings, then gives up.
+    auto t0 = std::chrono::steady_clock::now();
+    auto got = c.read_until_close();
+    BOOST_TEST(got.closed);
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(3000)));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
