@@ -25,6 +25,7 @@ const std::vector<pattern>& patterns() {
         {"GET", {"v1", "sessions", "{sid}", "tape"}, route_id::get_tape},
         {"GET", {"healthz"}, route_id::healthz},
         {"GET", {"readyz"}, route_id::readyz},
+        {"GET", {}, route_id::web_page},
     };
     return table;
 }

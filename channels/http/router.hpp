@@ -19,7 +19,8 @@ enum class route_id {
     get_session,
     get_tape,
     healthz,
-    readyz
+    readyz,
+    web_page
 };
 
 struct route_match {
