@@ -171,7 +171,8 @@ async function run() {
   });
   const reply2 = `ok: ${second}`;
   check(rec.status === 'completed' && rec.reply === reply2, `second turn ended ${JSON.stringify(rec)}`);
-  check((await page.getAttribute('#status', 'data-state')) === 'disconnected', 'the page reconnected on its own');
+  check((await page.getAttribute('#status', 'data-state')) === 'disconnected',
+        'the page reconnected on its own');
   check(!(await page.locator('.msg.assistant.final').allTextContents()).some((t) => t.includes(reply2)),
         'the second reply was shown before the reconnect');
 
@@ -182,7 +183,8 @@ async function run() {
   // Time for a duplicate to arrive, were the page or the server to send it twice.
   await page.waitForTimeout(1000);
   const texts = await page.locator('.msg.assistant .text').allTextContents();
-  check(texts.filter((t) => t === reply2).length === 1, `the second reply is not shown exactly once: ${JSON.stringify(texts)}`);
+  check(texts.filter((t) => t === reply2).length === 1,
+        `the second reply is not shown exactly once: ${JSON.stringify(texts)}`);
   check(texts.length === 2, `expected two assistant messages, got ${JSON.stringify(texts)}`);
   // It came from the daemon's re-send on the new connection, and the page acked it there.
   const repliesOn = (s) => s.received.filter((f) => f.type === 'reply' && f.turn_id === turnId);
@@ -199,7 +201,8 @@ async function run() {
 
   // 3. Reload: every reply was acked (or is remembered), so none comes back as new.
   await page.reload();
-  await expect('the page did not connect after a reload', page.waitForSelector('#status[data-state="connected"]'));
+  await expect('the page did not connect after a reload',
+               page.waitForSelector('#status[data-state="connected"]'));
   await page.waitForTimeout(1000);
   const after = await page.locator('.msg.assistant').count();
   check(after === 0, `after a reload ${after} old replies were shown again`);
@@ -219,7 +222,9 @@ try {
 } catch (e) {
   clearTimeout(deadline);
   console.error(`web_chat: FAILED: ${e.message}`);
-  for (const { name, err } of children) if (err) console.error(`--- ${name} stderr (tail)\n${err.slice(-3000)}`);
+  for (const { name, err } of children) {
+    if (err) console.error(`--- ${name} stderr (tail)\n${err.slice(-3000)}`);
+  }
   await stopAll();
   process.exit(1);
 }
