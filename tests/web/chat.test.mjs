@@ -25,7 +25,8 @@ const work = mkdtempSync(join(tmpdir(), 'baton-web-'));
 const children = [];
 let browser = null;
 
-function log(...a) { console.log('web_chat:', ...a); }
+const t0 = Date.now();
+function log(...a) { console.log(`web_chat: [${((Date.now() - t0) / 1000).toFixed(1)} s]`, ...a); }
 
 // Starts a process that prints `listening on http://HOST:PORT` and resolves that URL.
 function start(name, cmd, argv) {
@@ -126,6 +127,7 @@ async function run() {
   check(resp.status() === 200, `GET / answered ${resp.status()}`);
   check((resp.headers()['content-type'] || '').startsWith('text/html'), 'GET / is not text/html');
   await expect('the page did not connect to /v1/ws', page.waitForSelector('#status[data-state="connected"]'));
+  log('page connected');
   check((await page.textContent('#session')) === session, 'the page did not take the session from the URL');
 
   // 1. Type and press Enter; markup in the text must stay text (the mock echoes it back).
@@ -146,6 +148,7 @@ async function run() {
   const a1 = page.locator('.msg.assistant').first();
   check((await a1.locator('.text').textContent()) === reply1,
         `first reply: expected "${reply1}", got "${await a1.locator('.text').textContent()}"`);
+  log('first reply shown');
   const steps1 = await a1.locator('.steps').textContent();
   check(/tool clock\(/.test(steps1), `no tool call line for clock in: ${steps1}`);
   check(/→ ok:/.test(steps1), `no tool result line in: ${steps1}`);
@@ -219,6 +222,7 @@ try {
   log('PASSED');
   clearTimeout(deadline);
   await stopAll();
+  log('stopped');
 } catch (e) {
   clearTimeout(deadline);
   console.error(`web_chat: FAILED: ${e.message}`);
