@@ -64,13 +64,15 @@ void read_token(config_errors& e, const json::value& v, std::string path, std::s
 void read_server(config_errors& e, const json::value& v, server_config& out) {
     object_reader o(
         e, v, "server",
-        {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms"});
+        {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
+         "sse_heartbeat_ms"});
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
         o.fail("listen", "expected HOST:PORT with port 0..65535");
     o.read("threads", out.threads, 0);
     o.read("max_body_bytes", out.max_body_bytes, 1);
     o.read("header_timeout_ms", out.header_timeout);
     o.read("idle_timeout_ms", out.idle_timeout);
+    o.read("sse_heartbeat_ms", out.sse_heartbeat);
     if (const json::array* tokens = o.array("tokens")) {
         std::set<std::string> seen;
         out.tokens.assign(tokens->size(), token_config{});
@@ -293,8 +295,14 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
 void read_channels(config_errors& e, const json::value& v, const config& cfg, channels_config& out) {
     object_reader o(e, v, "channels", {"ws", "webhook", "telegram", "schedules"});
     if (const json::value* ws = o.find("ws")) {
-        object_reader w(e, *ws, o.path("ws"), {"enabled"});
+        object_reader w(e, *ws, o.path("ws"),
+                        {"enabled", "max_connections", "max_frame_bytes", "max_queued_frames",
+                         "idle_timeout_ms"});
         w.read("enabled", out.ws_enabled);
+        w.read("max_connections", out.ws_max_connections, 1);
+        w.read("max_frame_bytes", out.ws_max_frame_bytes, 16);
+        w.read("max_queued_frames", out.ws_max_queued_frames, 1);
+        w.read("idle_timeout_ms", out.ws_idle_timeout);
     }
     if (const json::value* w = o.find("webhook")) read_webhook(e, *w, o.path("webhook"), out);
     if (const json::value* t = o.find("telegram")) read_telegram(e, *t, o.path("telegram"), out);

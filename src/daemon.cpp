@@ -7,6 +7,8 @@
 #include <baton/openai_client.hpp>
 #include <baton/runtime.hpp>
 
+#include "channels/ws/channel.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -140,12 +142,24 @@ int run_daemon(const serve_options& opts) {
         return 1;
     }
     runtime rt(ioc.get_executor(), *fw);
+    std::unique_ptr<ws::channel> websocket;
+    if (cfg.channels.ws_enabled) {
+        ws::options wo;
+        wo.max_connections = static_cast<std::size_t>(cfg.channels.ws_max_connections);
+        wo.max_frame_bytes = static_cast<std::size_t>(cfg.channels.ws_max_frame_bytes);
+        wo.max_queued_frames = static_cast<std::size_t>(cfg.channels.ws_max_queued_frames);
+        wo.idle_timeout = cfg.channels.ws_idle_timeout;
+        websocket = std::make_unique<ws::channel>(rt, wo);
+        fw->register_plugin(websocket->make_plugin());
+    }
     std::atomic<bool> ready{false};
     http_server_options hopts;
     hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
     hopts.header_timeout = cfg.server.header_timeout;
     hopts.idle_timeout = cfg.server.idle_timeout;
-    http_server server(ioc.get_executor(), rt, hopts, [&] { return ready.load() && !rt.draining(); });
+    hopts.sse_heartbeat = cfg.server.sse_heartbeat;
+    http_server server(ioc.get_executor(), rt, hopts, [&] { return ready.load() && !rt.draining(); },
+                       websocket.get());
     if (auto ec = server.listen(*ep)) {
         std::cerr << "baton: cannot listen on " << cfg.server.listen << ": " << ec.message() << "\n";
         return 1;
@@ -187,6 +201,8 @@ int run_daemon(const serve_options& opts) {
         } catch (const std::exception& e) {
             log::error("drain failed", {{"error", e.what()}});
         }
+        // After the drain, so that replies of the turns that finished meanwhile were sent.
+        if (websocket) websocket->stop();
     }
     work.reset();
     ioc.stop();

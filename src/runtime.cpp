@@ -255,10 +255,7 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
         turns.forget(rec.turn_id);
         log::error("cannot store the end of a turn", {{"turn_id", rec.turn_id}, {"error", e.what()}});
     }
-    json::object fin{{"status", to_string(rec.status)},
-                     {"reply", rec.reply ? json::value(*rec.reply) : json::value(nullptr)}};
-    if (rec.error) fin["error"] = json::object{{"code", rec.error->code}, {"message", rec.error->message}};
-    hub.open(rec.turn_id, rec.session_id)->publish("turn.finished", fin);
+    hub.open(rec.turn_id, rec.session_id)->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
     std::lock_guard lock(observers_mutex);
     for (auto& f : observers)
@@ -373,6 +370,39 @@ asio::awaitable<std::vector<tape_entry>> runtime::read_tape(std::string session_
         return s.read_tape(sid, after, limit);
     };
     co_return co_await fw_.db().run(std::move(read));
+}
+
+asio::awaitable<std::vector<outbox_item>> runtime::list_outbox(store::outbox_filter filter) {
+    auto list = [f = std::move(filter)](store& s) { return s.list_outbox(f); };
+    co_return co_await fw_.db().run(std::move(list));
+}
+
+asio::awaitable<std::vector<outbox_item>> runtime::enqueue_outbox(std::vector<outbox_item> items) {
+    auto add = [items = std::move(items)](store& s) mutable {
+        std::vector<outbox_item> added;
+        for (auto& o : items) {
+            if (o.created_at == 0) o.created_at = now_ms();
+            if (s.add_outbox(o)) added.push_back(std::move(o));
+        }
+        return added;
+    };
+    auto added = co_await fw_.db().run(std::move(add));
+    for (const auto& o : added)
+        if (auto log = impl_->hub.find(o.turn_id))
+            log->publish("outbox.enqueued", json::object{{"key", o.key}, {"channel", o.channel}});
+    co_return added;
+}
+
+asio::awaitable<bool> runtime::outbox_delivered(std::string key) {
+    auto mark = [key = std::move(key)](store& s) {
+        auto item = s.get_outbox(key);
+        if (!item) return false;
+        if (item->status == outbox_status::delivered) return true;
+        item->status = outbox_status::delivered;
+        item->attempts += 1;
+        return s.update_outbox(*item);
+    };
+    co_return co_await fw_.db().run(std::move(mark));
 }
 
 asio::awaitable<std::size_t> runtime::recover() {

@@ -81,6 +81,13 @@ std::optional<tape_kind> parse_tape_kind(std::string_view s) {
     return std::nullopt;
 }
 
+json::object finished_event_data(const turn_record& t) {
+    json::object o{{"status", to_string(t.status)},
+                   {"reply", t.reply ? json::value(*t.reply) : json::value(nullptr)}};
+    if (t.error) o["error"] = {{"code", t.error->code}, {"message", t.error->message}};
+    return o;
+}
+
 json::object to_json(const turn_record& t) {
     json::object o;
     o["turn_id"] = t.turn_id;

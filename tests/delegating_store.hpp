@@ -28,6 +28,10 @@ public:
         return inner->tape_tail(s, l);
     }
     std::vector<turn_record> unfinished_turns() override { return inner->unfinished_turns(); }
+    bool add_outbox(const outbox_item& o) override { return inner->add_outbox(o); }
+    bool update_outbox(const outbox_item& o) override { return inner->update_outbox(o); }
+    std::optional<outbox_item> get_outbox(const std::string& k) override { return inner->get_outbox(k); }
+    std::vector<outbox_item> list_outbox(const outbox_filter& f) override { return inner->list_outbox(f); }
 
     std::unique_ptr<store> inner = make_memory_store();
 };

@@ -400,6 +400,72 @@ BOOST_DATA_TEST_CASE(concurrent_writers_lose_nothing, bdata::make(kinds), kind) 
     BOOST_TEST(ids_of(tape) == want);
 }
 
+namespace {
+outbox_item make_item(const std::string& sid, const std::string& tid, const std::string& channel,
+                      std::int64_t index) {
+    outbox_item o;
+    o.key = outbox_key(sid, tid, channel, sid, index);
+    o.turn_id = tid;
+    o.session_id = sid;
+    o.channel = channel;
+    o.recipient = sid;
+    o.index = index;
+    o.text = "reply " + tid + " \xc3\xa9";
+    return o;
+}
+} // namespace
+
+BOOST_DATA_TEST_CASE(outbox_items_are_stored_once_and_listed_in_order, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto a = make_item("s1", "t_1", "ws", 0);
+    auto b = make_item("s1", "t_2", "ws", 0);
+    auto c = make_item("s2", "t_3", "webhook", 0);
+    BOOST_TEST(f.s->add_outbox(a));
+    BOOST_TEST(f.s->add_outbox(b));
+    BOOST_TEST(f.s->add_outbox(c));
+    // The same key again changes nothing, even with another text.
+    auto again = a;
+    again.text = "other";
+    BOOST_TEST(!f.s->add_outbox(again));
+    BOOST_TEST(f.s->get_outbox(a.key)->text == a.text);
+
+    store::outbox_filter open_ws;
+    open_ws.statuses = {outbox_status::pending, outbox_status::sending};
+    open_ws.channel = "ws";
+    open_ws.session_id = "s1";
+    auto got = f.s->list_outbox(open_ws);
+    BOOST_TEST_REQUIRE(got.size() == 2u);
+    BOOST_TEST(got[0].key == a.key);
+    BOOST_TEST(got[1].key == b.key);
+    BOOST_TEST(got[0].turn_id == "t_1");
+    BOOST_TEST(got[0].recipient == "s1");
+    BOOST_TEST(got[0].index == 0);
+
+    a.status = outbox_status::delivered;
+    a.attempts = 1;
+    BOOST_TEST(f.s->update_outbox(a));
+    got = f.s->list_outbox(open_ws);
+    BOOST_TEST_REQUIRE(got.size() == 1u);
+    BOOST_TEST(got[0].key == b.key);
+    BOOST_TEST((f.s->get_outbox(a.key)->status == outbox_status::delivered));
+    BOOST_TEST(f.s->get_outbox(a.key)->attempts == 1);
+
+    c.uncertain = true;
+    c.status = outbox_status::sending;
+    BOOST_TEST(f.s->update_outbox(c));
+    store::outbox_filter uncertain;
+    uncertain.uncertain_only = true;
+    got = f.s->list_outbox(uncertain);
+    BOOST_TEST_REQUIRE(got.size() == 1u);
+    BOOST_TEST(got[0].key == c.key);
+    BOOST_TEST(got[0].uncertain);
+
+    BOOST_TEST(f.s->list_outbox({}).size() == 3u);
+    auto unknown = make_item("s9", "t_9", "ws", 0);
+    BOOST_TEST(!f.s->update_outbox(unknown));
+    BOOST_TEST(!f.s->get_outbox(unknown.key).has_value());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- SQLite only -----------------------------------------------------------------------------------

@@ -37,4 +37,18 @@ BOOST_AUTO_TEST_CASE(format_time_matches_the_c_library) {
     }
 }
 
+BOOST_AUTO_TEST_CASE(outbox_keys_are_derived_and_distinct) {
+    auto k = outbox_key("s1", "t_1", "ws", "s1", 0);
+    BOOST_TEST(k == outbox_key("s1", "t_1", "ws", "s1", 0));
+    BOOST_TEST(k.size() == 35u);
+    BOOST_TEST(k.rfind("ob_", 0) == 0u);
+    BOOST_TEST(k != outbox_key("s1", "t_1", "ws", "s1", 1));
+    BOOST_TEST(k != outbox_key("s1", "t_2", "ws", "s1", 0));
+    BOOST_TEST(k != outbox_key("s1", "t_1", "webhook", "s1", 0));
+    // Parts are delimited: moving a character from one part to the next gives another key.
+    BOOST_TEST(outbox_key("a:b", "c", "ws", "", 0) != outbox_key("a", "b:c", "ws", "", 0));
+    BOOST_TEST(sha256_hex("abc") ==
+               "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -4,8 +4,6 @@
 
 #include <baton/log.hpp>
 
-#include <openssl/evp.h>
-
 #include <cctype>
 
 namespace baton::http {
@@ -28,25 +26,6 @@ bool is_json_media_type(std::string_view ct) {
         c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     return lower == "application/json" ||
            (lower.starts_with("application/") && lower.ends_with("+json"));
-}
-
-std::string sha256_hex(std::string_view a, std::string_view b) {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int len = 0;
-    EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-    EVP_DigestUpdate(ctx, a.data(), a.size());
-    EVP_DigestUpdate(ctx, "\n", 1);
-    EVP_DigestUpdate(ctx, b.data(), b.size());
-    EVP_DigestFinal_ex(ctx, md, &len);
-    EVP_MD_CTX_free(ctx);
-    static constexpr char hex[] = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < len; ++i) {
-        out.push_back(hex[md[i] >> 4]);
-        out.push_back(hex[md[i] & 15]);
-    }
-    return out;
 }
 
 bool valid_idempotency_key(std::string_view k) {
@@ -96,6 +75,12 @@ asio::awaitable<reply> api::handle(const request_view& req) {
         co_return co_await get_session(m.session_id);
     case route_id::get_tape:
         co_return co_await get_tape(m.session_id, m.query);
+    case route_id::list_outbox:
+        co_return co_await list_outbox(m.query);
+    case route_id::turn_events:
+    case route_id::websocket:
+        // Streams: the server handles them before calling here.
+        co_return error_reply(errc::invalid_request, "this resource needs a streaming connection");
     case route_id::healthz:
         co_return json_reply(200, json::object{{"status", "ok"}});
     case route_id::readyz:
@@ -129,7 +114,7 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
             co_return error_reply(errc::invalid_request,
                                   "Idempotency-Key: 1-255 visible ASCII characters expected");
         ar.idem.key = req.idempotency_key;
-        ar.idem.fingerprint = sha256_hex(sid, req.body);
+        ar.idem.fingerprint = sha256_hex(sid + "\n" + std::string(req.body));
     }
     auto result = co_await rt_.accept(std::move(ar));
     if (auto* err = std::get_if<api_error>(&result)) co_return error_reply(err->code, err->message);
@@ -199,6 +184,68 @@ asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view qu
         list.push_back(to_json(e));
     std::int64_t next = entries.empty() ? from : entries.back().id;
     co_return json_reply(200, json::object{{"entries", std::move(list)}, {"next_after", next}});
+}
+
+asio::awaitable<reply> api::list_outbox(std::string_view query) {
+    store::outbox_filter f;
+    if (auto status = query_param(query, "status")) {
+        if (*status == "pending")
+            f.statuses = {outbox_status::pending, outbox_status::sending};
+        else if (*status == "uncertain")
+            f.uncertain_only = true;
+        else if (*status == "failed")
+            f.statuses = {outbox_status::failed};
+        else if (*status == "delivered")
+            f.statuses = {outbox_status::delivered};
+        else
+            co_return error_reply(errc::invalid_request,
+                                  "status: expected pending, uncertain, failed or delivered");
+    }
+    auto limit = query_param_int(query, "limit");
+    if (!limit.error.empty()) co_return error_reply(errc::invalid_request, limit.error);
+    std::int64_t lim = limit.value.value_or(1000);
+    if (lim < 1 || lim > 10000) co_return error_reply(errc::invalid_request, "limit: expected 1..10000");
+    f.limit = static_cast<std::size_t>(lim);
+    auto items = co_await rt_.list_outbox(std::move(f));
+    json::array list;
+    list.reserve(items.size());
+    for (const auto& o : items)
+        list.push_back(to_json(o));
+    co_return json_reply(200, json::object{{"items", std::move(list)}});
+}
+
+asio::awaitable<std::variant<reply, event_stream>>
+api::open_events(const request_view& req, const std::string& tid, std::string_view query) {
+    if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    event_stream es;
+    // Last-Event-ID (what a reconnecting EventSource sends) wins over ?after=.
+    auto after = query_param_int(query, "after");
+    if (!after.error.empty()) co_return error_reply(errc::invalid_request, after.error);
+    es.after = after.value.value_or(0);
+    if (!req.last_event_id.empty()) {
+        auto id = query_param_int("v=" + std::string(req.last_event_id), "v");
+        if (!id.error.empty() || !id.value)
+            co_return error_reply(errc::invalid_request, "Last-Event-ID: expected a non-negative integer");
+        es.after = *id.value;
+    }
+    es.log = rt_.events().find(tid);
+    if (es.log) co_return es;
+    auto rec = co_await rt_.get_turn(tid);
+    if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    if (!is_terminal(rec->status)) {
+        // Stored but not run by this process yet (recovered): its events will go to this log.
+        es.log = rt_.events().open(tid, rec->session_id);
+        co_return es;
+    }
+    // Its events are no longer kept: a late subscriber still learns how it ended.
+    auto fin = std::make_shared<turn_event>();
+    fin->turn_id = tid;
+    fin->session_id = rec->session_id;
+    fin->seq = es.after + 1;
+    fin->type = "turn.finished";
+    fin->data = json::serialize(finished_event_data(*rec));
+    es.final_only = std::move(fin);
+    co_return es;
 }
 
 } // namespace baton::http

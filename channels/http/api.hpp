@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace baton::http {
@@ -23,6 +24,15 @@ struct request_view {
     std::string_view idempotency_key;
     bool has_idempotency_key = false;
     std::string_view body;
+    std::string_view last_event_id; // SSE resume header; empty when absent
+};
+
+// Where GET /v1/turns/{tid}/events streams from: the turn's live log, resumed after `after`; or,
+// for a finished turn whose events are no longer kept, its turn.finished alone.
+struct event_stream {
+    std::shared_ptr<turn_log> log;
+    std::int64_t after = 0;
+    std::shared_ptr<const turn_event> final_only;
 };
 
 struct reply {
@@ -41,6 +51,10 @@ public:
 
     // Cancellation: none; a request runs to its answer.
     asio::awaitable<reply> handle(const request_view& req);
+    // GET /v1/turns/{tid}/events (the server streams it): the stream, or the error to send.
+    asio::awaitable<std::variant<reply, event_stream>> open_events(const request_view& req,
+                                                                   const std::string& tid,
+                                                                   std::string_view query);
 
 private:
     asio::awaitable<reply> post_message(const request_view& req, const std::string& sid);
@@ -48,6 +62,7 @@ private:
     asio::awaitable<reply> cancel_turn(const std::string& tid);
     asio::awaitable<reply> get_session(const std::string& sid);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
+    asio::awaitable<reply> list_outbox(std::string_view query);
 
     runtime& rt_;
     std::function<bool()> ready_;

@@ -23,6 +23,9 @@ const std::vector<pattern>& patterns() {
         {"POST", {"v1", "turns", "{tid}", "cancel"}, route_id::cancel_turn},
         {"GET", {"v1", "sessions", "{sid}"}, route_id::get_session},
         {"GET", {"v1", "sessions", "{sid}", "tape"}, route_id::get_tape},
+        {"GET", {"v1", "turns", "{tid}", "events"}, route_id::turn_events},
+        {"GET", {"v1", "ws"}, route_id::websocket},
+        {"GET", {"v1", "outbox"}, route_id::list_outbox},
         {"GET", {"healthz"}, route_id::healthz},
         {"GET", {"readyz"}, route_id::readyz},
         {"GET", {}, route_id::web_page},
@@ -74,6 +77,14 @@ route_match match_route(std::string_view method, std::string_view target) {
     }
     m.error = path_known ? errc::method_not_allowed : errc::not_found;
     return m;
+}
+
+std::optional<std::string> query_param(std::string_view query, std::string_view name) {
+    auto parsed = boost::urls::parse_query(query);
+    if (!parsed) return std::nullopt;
+    for (auto param : *parsed)
+        if (param.key == name) return std::string(param.value);
+    return std::nullopt;
 }
 
 query_int query_param_int(std::string_view query, std::string_view name) {

@@ -20,6 +20,9 @@ enum class route_id {
     get_tape,
     healthz,
     readyz,
+    turn_events,
+    websocket,
+    list_outbox,
     web_page
 };
 
@@ -40,5 +43,7 @@ struct query_int {
     std::string error;
 };
 query_int query_param_int(std::string_view query, std::string_view name);
+// A query parameter's decoded value; nullopt when absent (or the query is malformed).
+std::optional<std::string> query_param(std::string_view query, std::string_view name);
 
 } // namespace baton::http

@@ -3,6 +3,8 @@
 #include <baton/log.hpp>
 
 #include "channels/http/api.hpp"
+#include "channels/http/router.hpp"
+#include "channels/ws/session.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -11,6 +13,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/websocket/rfc6455.hpp>
 
 #include <atomic>
 
@@ -86,20 +89,116 @@ private:
 } // namespace
 
 struct http_server::impl : std::enable_shared_from_this<impl> {
-    impl(asio::any_io_executor e, runtime& rt, http_server_options o, std::function<bool()> ready)
-        : ex(std::move(e)), acceptor(asio::make_strand(ex)), api(rt, std::move(ready)), opts(o) {}
+    impl(asio::any_io_executor e, runtime& rt, http_server_options o, std::function<bool()> ready,
+         ws::channel* w)
+        : ex(std::move(e)), acceptor(asio::make_strand(ex)), api(rt, std::move(ready)), opts(o), ws(w) {}
 
     asio::any_io_executor ex;
     tcp::acceptor acceptor;
     http::api api;
     http_server_options opts;
+    ws::channel* ws;
     std::atomic<bool> stopped{false};
 
     static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
     static asio::awaitable<void> serve(std::shared_ptr<impl> self, tcp::socket socket);
     asio::awaitable<bool> write(beast::tcp_stream& stream, unsigned version, bool keep_alive,
                                 http::reply r);
+    asio::awaitable<bool> stream_events(beast::tcp_stream& stream, unsigned version, bool keep_alive,
+                                        http::event_stream es);
 };
+
+namespace {
+// Only GET /v1/ws and GET .../events need more than a request and a reply.
+enum class stream_kind { none, events, websocket };
+
+stream_kind classify(const bhttp::request<bhttp::string_body>& req, std::string& turn_id,
+                     std::string& query) {
+    if (req.method() != bhttp::verb::get) return stream_kind::none;
+    std::string_view target = req.target();
+    std::string_view path = target.substr(0, target.find('?'));
+    if (path != "/v1/ws" && path != "/v1/ws/" && !path.ends_with("/events") &&
+        !path.ends_with("/events/"))
+        return stream_kind::none;
+    auto m = http::match_route("GET", target);
+    if (m.error) return stream_kind::none;
+    if (m.id == http::route_id::websocket) return stream_kind::websocket;
+    if (m.id != http::route_id::turn_events) return stream_kind::none;
+    turn_id = m.turn_id;
+    query = m.query;
+    return stream_kind::events;
+}
+
+std::string chunk(std::string_view data, bool chunked) {
+    if (!chunked) return std::string(data);
+    char size[20];
+    int n = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+    std::string out(size, static_cast<std::size_t>(n));
+    out += data;
+    out += "\r\n";
+    return out;
+}
+} // namespace
+
+// GET /v1/turns/{tid}/events: replay what the log holds after the resume point, then follow it
+// until turn.finished. The turn never waits for this reader: a reader that fell behind the log's
+// bound gets a stream.gap frame for what was dropped.
+asio::awaitable<bool> http_server::impl::stream_events(beast::tcp_stream& stream, unsigned version,
+                                                       bool keep_alive, http::event_stream es) {
+    bool chunked = version >= 11;
+    keep_alive = keep_alive && chunked && !stopped.load();
+    std::string head = chunked ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
+    head += "Server: baton\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\n"
+            "X-Accel-Buffering: no\r\n";
+    if (chunked) head += "Transfer-Encoding: chunked\r\n";
+    head += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    auto send = [&stream, this](std::string bytes) -> asio::awaitable<bool> {
+        stream.expires_after(opts.body_timeout);
+        auto [ec, n] = co_await asio::async_write(stream, asio::buffer(bytes), use_tuple);
+        co_return !ec;
+    };
+    if (!co_await send(std::move(head))) co_return false;
+    if (es.final_only) {
+        if (!co_await send(chunk(sse_frame(*es.final_only), chunked))) co_return false;
+        co_return chunked ? (co_await send("0\r\n\r\n")) && keep_alive : false;
+    }
+    // A publish wakes this reader by cancelling its wait, on the connection's strand.
+    auto ex = stream.get_executor();
+    auto wake = std::make_shared<asio::steady_timer>(ex);
+    std::weak_ptr<asio::steady_timer> weak = wake;
+    std::int64_t cursor = es.after;
+    for (;;) {
+        auto waker = [ex, weak] {
+            asio::post(ex, [weak] {
+                if (auto t = weak.lock()) t->cancel();
+            });
+        };
+        auto r = es.log->read_after(cursor, 256, waker);
+        std::string out;
+        if (r.gap_from) {
+            turn_event gap;
+            gap.seq = r.gap_to;
+            gap.type = "stream.gap";
+            gap.data = json::serialize(json::object{{"from", *r.gap_from}, {"to", r.gap_to}});
+            out += sse_frame(gap);
+            cursor = r.gap_to;
+        }
+        bool finished = false;
+        for (const auto& e : r.events) {
+            out += sse_frame(*e);
+            cursor = e->seq;
+            finished = finished || e->type == "turn.finished";
+        }
+        if (!out.empty() && !co_await send(chunk(out, chunked))) co_return false;
+        // A turn that finished before the resume point still ends the stream.
+        if (finished || (r.finished && r.events.empty() && !r.gap_from)) break;
+        if (!r.events.empty() || r.gap_from) continue;
+        wake->expires_after(opts.sse_heartbeat);
+        auto [ec] = co_await wake->async_wait(use_tuple);
+        if (!ec && !co_await send(chunk(": keep-alive\n\n", chunked))) co_return false;
+    }
+    co_return chunked ? (co_await send("0\r\n\r\n")) && keep_alive : false;
+}
 
 asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsigned version,
                                                bool keep_alive, http::reply r) {
@@ -164,6 +263,41 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             view.has_idempotency_key = true;
         }
         view.body = req.body();
+        if (auto it = req.find("Last-Event-ID"); it != req.end())
+            view.last_event_id = it->value();
+        std::string turn_id, query;
+        auto kind = classify(req, turn_id, query);
+        if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
+            // The connection belongs to the WebSocket channel from here on.
+            co_await ws::serve(*self->ws, std::move(stream), parser.release());
+            co_return;
+        }
+        if (kind == stream_kind::websocket) {
+            auto r = self->ws ? http::error_reply(errc::invalid_request,
+                                                  "GET /v1/ws needs a WebSocket upgrade request")
+                              : http::error_reply(errc::not_found, "the WebSocket channel is disabled");
+            r.status = self->ws ? 426 : 404;
+            if (self->ws) r.headers.emplace_back("Upgrade", "websocket");
+            if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
+            continue;
+        }
+        if (kind == stream_kind::events) {
+            std::variant<http::reply, http::event_stream> opened;
+            try {
+                opened = co_await self->api.open_events(view, turn_id, query);
+            } catch (const std::exception& e) {
+                log::error("request failed", {{"target", std::string(view.target)}, {"error", e.what()}});
+                opened = http::error_reply(errc::internal_error, "internal error");
+            }
+            bool again = false;
+            if (auto* err = std::get_if<http::reply>(&opened))
+                again = co_await self->write(stream, req.version(), req.keep_alive(), std::move(*err));
+            else
+                again = co_await self->stream_events(stream, req.version(), req.keep_alive(),
+                                                     std::move(std::get<http::event_stream>(opened)));
+            if (!again) break;
+            continue;
+        }
         http::reply r;
         try {
             r = co_await self->api.handle(view);
@@ -197,8 +331,8 @@ asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self)
 }
 
 http_server::http_server(asio::any_io_executor ex, runtime& rt, http_server_options opts,
-                         std::function<bool()> ready)
-    : impl_(std::make_shared<impl>(std::move(ex), rt, opts, std::move(ready))) {}
+                         std::function<bool()> ready, ws::channel* websocket)
+    : impl_(std::make_shared<impl>(std::move(ex), rt, opts, std::move(ready), websocket)) {}
 
 http_server::~http_server() {
     stop();

@@ -80,6 +80,7 @@ struct server_config {
     std::vector<token_config> tokens;
     milliseconds header_timeout{10000};
     milliseconds idle_timeout{60000};
+    milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
 };
 
 struct storage_config {
@@ -104,6 +105,10 @@ struct schedule_config {
 
 struct channels_config {
     bool ws_enabled = true;
+    std::int64_t ws_max_connections = 10000;
+    std::int64_t ws_max_frame_bytes = 1048576;
+    std::int64_t ws_max_queued_frames = 4096;
+    milliseconds ws_idle_timeout{60000};
     std::map<std::string, webhook_target> webhook_targets;
     std::optional<std::string> telegram_token_env;
     std::string telegram_api_base = "https://api.telegram.org";

@@ -19,12 +19,18 @@ struct http_server_options {
     std::chrono::milliseconds header_timeout{10000}; // from the first byte to the end of the headers
     std::chrono::milliseconds idle_timeout{60000};   // keep-alive wait for the next request
     std::chrono::milliseconds body_timeout{30000};
+    std::chrono::milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
 };
+
+namespace ws {
+class channel;
+}
 
 class http_server {
 public:
+    // `websocket`: the channel that takes GET /v1/ws upgrades (nullptr: not served).
     http_server(asio::any_io_executor ex, runtime& rt, http_server_options opts,
-                std::function<bool()> ready);
+                std::function<bool()> ready, ws::channel* websocket = nullptr);
     ~http_server();
 
     // Binds and listens; returns the error (address in use, ...) instead of throwing.

@@ -7,6 +7,7 @@
 #include <baton/errors.hpp>
 #include <baton/events.hpp>
 #include <baton/framework.hpp>
+#include <baton/store.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 
@@ -63,6 +64,14 @@ public:
     asio::awaitable<std::optional<session_view>> get_session(std::string session_id);
     asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,
                                                        std::size_t limit);
+
+    // The outbox (API.md "Delivery"). Items in creation order, filtered.
+    asio::awaitable<std::vector<outbox_item>> list_outbox(store::outbox_filter filter);
+    // Stores items before anything is sent; an item whose key is already stored is left as it is.
+    // Publishes outbox.enqueued on the turn's events. Returns the items stored by this call.
+    asio::awaitable<std::vector<outbox_item>> enqueue_outbox(std::vector<outbox_item> items);
+    // A recipient confirmed an item (WebSocket ack): delivered. False when the key is unknown.
+    asio::awaitable<bool> outbox_delivered(std::string key);
 
     // Cancels a queued or running turn: it ends `stopped` (a running one keeps its partial reply).
     // Errors: not_found, turn_not_running (already finished).

@@ -65,6 +65,22 @@ public:
     // Turns left queued or running by an earlier process, in accept order.
     virtual std::vector<turn_record> unfinished_turns() = 0;
 
+    // The outbox. add_outbox stores a new item; false (and nothing changed) when its key exists.
+    virtual bool add_outbox(const outbox_item& item) = 0;
+    // Writes an item's status, attempts and uncertain flag (updated_at = now); false when unknown.
+    virtual bool update_outbox(const outbox_item& item) = 0;
+    virtual std::optional<outbox_item> get_outbox(const std::string& key) = 0;
+    // Items in creation order, filtered (empty filter fields match everything): `statuses` any of
+    // them, `uncertain_only`, `channel`, `session_id`; at most `limit`.
+    struct outbox_filter {
+        std::vector<outbox_status> statuses;
+        bool uncertain_only = false;
+        std::string channel;
+        std::string session_id;
+        std::size_t limit = 1000;
+    };
+    virtual std::vector<outbox_item> list_outbox(const outbox_filter& f) = 0;
+
     // Group commit (the store runner's): calls between begin_batch() and end_batch() share one
     // transaction, each still all-or-nothing on its own; end_batch() commits them together and
     // throws when that fails (then none of them is stored). No-ops for a store without commits.

@@ -62,6 +62,8 @@ struct turn_record {
 
 // The public JSON of a turn record (API.md "Turn record").
 json::object to_json(const turn_record& t);
+// The data of its turn.finished event: {status, reply, error (when set)}.
+json::object finished_event_data(const turn_record& t);
 
 enum class tape_kind { message, tool_call, tool_result, anchor, event, error };
 std::string_view to_string(tape_kind k);
@@ -90,6 +92,35 @@ struct session_record {
     json::object state;
     time_ms created_at = 0;
 };
+
+// An outbound item (API.md "Delivery"): stored before any byte is sent, under a key derived from
+// (session, turn, channel, recipient, index), so the same reply is never enqueued twice.
+enum class outbox_status { pending, sending, delivered, failed };
+std::string_view to_string(outbox_status s);
+std::optional<outbox_status> parse_outbox_status(std::string_view s);
+
+struct outbox_item {
+    std::string key;
+    std::string turn_id;
+    std::string session_id;
+    std::string channel;
+    std::string recipient;
+    std::int64_t index = 0;
+    std::string text;
+    outbox_status status = outbox_status::pending;
+    std::int64_t attempts = 0;
+    bool uncertain = false;
+    time_ms created_at = 0;
+    time_ms updated_at = 0;
+};
+// The listing shape of GET /v1/outbox.
+json::object to_json(const outbox_item& o);
+// The derived key: "ob_" + 32 hex digits of SHA-256 over the five parts.
+std::string outbox_key(std::string_view session_id, std::string_view turn_id, std::string_view channel,
+                       std::string_view recipient, std::int64_t index);
+
+// Lower-case hex SHA-256 (outbox keys, idempotency fingerprints).
+std::string sha256_hex(std::string_view data);
 
 // 1-128 characters of [A-Za-z0-9._:@-] (API.md "Ids").
 bool valid_session_id(std::string_view sid);

@@ -152,7 +152,55 @@ public:
         return out;
     }
 
+    bool add_outbox(const outbox_item& item) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        auto [it, inserted] = outbox_.try_emplace(item.key, item);
+        if (!inserted) return false;
+        if (it->second.created_at == 0) it->second.created_at = now_ms();
+        it->second.updated_at = it->second.created_at;
+        outbox_order_.push_back(item.key);
+        return true;
+    }
+
+    bool update_outbox(const outbox_item& item) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        auto it = outbox_.find(item.key);
+        if (it == outbox_.end()) return false;
+        it->second.status = item.status;
+        it->second.attempts = item.attempts;
+        it->second.uncertain = item.uncertain;
+        it->second.updated_at = now_ms();
+        return true;
+    }
+
+    std::optional<outbox_item> get_outbox(const std::string& key) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        auto it = outbox_.find(key);
+        if (it == outbox_.end()) return std::nullopt;
+        return it->second;
+    }
+
+    std::vector<outbox_item> list_outbox(const outbox_filter& f) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        std::vector<outbox_item> out;
+        for (const auto& key : outbox_order_) {
+            if (out.size() >= f.limit) break;
+            const auto& o = outbox_.at(key);
+            if (matches(o, f)) out.push_back(o);
+        }
+        return out;
+    }
+
 private:
+    static bool matches(const outbox_item& o, const outbox_filter& f) {
+        if (!f.statuses.empty() &&
+            std::find(f.statuses.begin(), f.statuses.end(), o.status) == f.statuses.end())
+            return false;
+        if (f.uncertain_only && !o.uncertain) return false;
+        if (!f.channel.empty() && o.channel != f.channel) return false;
+        return f.session_id.empty() || o.session_id == f.session_id;
+    }
+
     // The session row, created on first use with the given defaults (never overwritten later).
     session_data& session(const std::string& sid, const std::string& agent, const std::string& tenant,
                           time_ms created_at) {
@@ -189,6 +237,8 @@ private:
     std::unordered_map<std::string, idem_entry> idem_;
     std::unordered_map<std::string, session_data> sessions_;
     std::int64_t next_seq_ = 1;
+    std::unordered_map<std::string, outbox_item> outbox_;
+    std::vector<std::string> outbox_order_; // creation order
 };
 
 } // namespace

@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 1> migrations{
+constexpr std::array<std::string_view, 2> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -61,6 +61,28 @@ CREATE TABLE tape (
     created_at INTEGER NOT NULL,
     PRIMARY KEY (session_id, id)
 ) WITHOUT ROWID;
+)sql",
+    // 2: the outbox.
+    R"sql(
+CREATE TABLE outbox (
+    seq             INTEGER PRIMARY KEY AUTOINCREMENT,
+    key             TEXT NOT NULL UNIQUE,
+    turn_id         TEXT NOT NULL,
+    session_id      TEXT NOT NULL,
+    channel         TEXT NOT NULL,
+    recipient       TEXT NOT NULL,
+    idx             INTEGER NOT NULL,
+    text            TEXT NOT NULL,
+    status          TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    uncertain       INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    created_at      INTEGER NOT NULL,
+    updated_at      INTEGER NOT NULL
+);
+-- What is still to deliver, per channel and session, in creation order.
+CREATE INDEX outbox_open ON outbox(channel, session_id, seq) WHERE status IN ('pending', 'sending');
 )sql",
 };
 

@@ -2,6 +2,7 @@
 // every write in an IMMEDIATE transaction. The schema and its migrations live in sqlite_schema.cpp.
 #include <baton/store.hpp>
 
+#include "sqlite_query.hpp"
 #include "sqlite_schema.hpp"
 
 #include <sqlite3.h>
@@ -16,9 +17,12 @@
 namespace baton {
 namespace {
 
-[[noreturn]] void fail(sqlite3* db, std::string_view what) {
-    throw std::runtime_error("sqlite: " + std::string(what) + ": " + sqlite3_errmsg(db));
-}
+using detail::fail;
+using detail::query;
+using detail::sql_limit;
+using detail::statement;
+using detail::step_and_reset;
+
 
 struct db_closer {
     void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
@@ -66,110 +70,15 @@ db_ptr open_database(const sqlite_options& opts) {
     return db;
 }
 
-class statement {
-public:
-    statement(sqlite3* db, const std::string& sql) : db_(db) {
-        // PERSISTENT: these live as long as the connection, which SQLite can allocate for.
-        if (sqlite3_prepare_v3(db, sql.c_str(), static_cast<int>(sql.size()), SQLITE_PREPARE_PERSISTENT,
-                               &stmt_, nullptr) != SQLITE_OK)
-            fail(db, "prepare " + sql);
-    }
-    statement(const statement&) = delete;
-    statement& operator=(const statement&) = delete;
-    ~statement() { sqlite3_finalize(stmt_); }
-
-    sqlite3* db() const { return db_; }
-    sqlite3_stmt* get() const { return stmt_; }
-
-private:
-    sqlite3* db_;
-    sqlite3_stmt* stmt_ = nullptr;
-};
-
-// One use of a cached statement: binds, steps, reads columns, and resets it when done, so a thrown
-// error never leaves a statement half-run (which would hold a read lock or block ROLLBACK).
-class query {
-public:
-    explicit query(statement& s) : s_(s) {}
-    query(const query&) = delete;
-    query& operator=(const query&) = delete;
-    ~query() {
-        sqlite3_reset(s_.get());
-        sqlite3_clear_bindings(s_.get());
-    }
-
-    query& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(s_.get(), i, v)); }
-    query& bind(int i, std::string_view v) {
-        return check(
-            sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
-    }
-    query& bind(int i, std::nullptr_t) { return check(sqlite3_bind_null(s_.get(), i)); }
-    template <class T> query& bind(int i, const std::optional<T>& v) {
-        return v ? bind(i, *v) : bind(i, nullptr);
-    }
-
-    // True while there is a row to read.
-    bool step() {
-        int rc = sqlite3_step(s_.get());
-        if (rc == SQLITE_ROW) return true;
-        if (rc == SQLITE_DONE) return false;
-        fail(s_.db(), sqlite3_sql(s_.get()));
-    }
-    // Runs a write and returns the number of rows it changed.
-    int run() {
-        while (step()) {
-        }
-        return sqlite3_changes(s_.db());
-    }
-
-    bool is_null(int c) const { return sqlite3_column_type(s_.get(), c) == SQLITE_NULL; }
-    std::int64_t int64(int c) const { return sqlite3_column_int64(s_.get(), c); }
-    std::string text(int c) const {
-        auto p = reinterpret_cast<const char*>(sqlite3_column_text(s_.get(), c));
-        return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_.get(), c)))
-                 : std::string();
-    }
-    std::optional<std::string> opt_text(int c) const {
-        return is_null(c) ? std::nullopt : std::optional(text(c));
-    }
-    std::optional<std::int64_t> opt_int64(int c) const {
-        return is_null(c) ? std::nullopt : std::optional(int64(c));
-    }
-    json::value json_value(int c) const {
-        if (is_null(c)) return nullptr;
-        std::error_code ec;
-        auto v = json::parse(text(c), ec);
-        if (ec) throw std::runtime_error("sqlite: corrupt JSON in column " + column_name(c));
-        return v;
-    }
-    json::object json_object(int c) const {
-        auto v = json_value(c);
-        if (!v.is_object())
-            throw std::runtime_error("sqlite: expected a JSON object in " + column_name(c));
-        return std::move(v.as_object());
-    }
-
-private:
-    query& check(int rc) {
-        if (rc != SQLITE_OK) fail(s_.db(), "bind");
-        return *this;
-    }
-    std::string column_name(int c) const { return sqlite3_column_name(s_.get(), c); }
-
-    statement& s_;
-};
-
-std::int64_t sql_limit(std::size_t limit) {
-    return static_cast<std::int64_t>(std::min<std::size_t>(
-        limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max())));
-}
-
 const std::string turn_columns =
     "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
     "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
     "finished_at";
 
 const std::string tape_columns = "id, kind, payload, created_at, turn_id";
+
+const std::string outbox_columns = "key, turn_id, session_id, channel, recipient, idx, text, status, "
+                                   "attempts, uncertain, created_at, updated_at";
 
 // Every statement the store runs, prepared once when the store opens.
 struct statements {
@@ -207,12 +116,28 @@ struct statements {
           tape_tail(db, "SELECT " + tape_columns +
                             " FROM tape WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2"),
           unfinished(db, "SELECT " + turn_columns +
-                             " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq") {}
+                             " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq"),
+          add_outbox(db, "INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, "
+                         "status, attempts, uncertain, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, "
+                         "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11) ON CONFLICT (key) DO NOTHING"),
+          update_outbox(db, "UPDATE outbox SET status = ?2, attempts = ?3, uncertain = ?4, "
+                            "updated_at = ?5 WHERE key = ?1"),
+          get_outbox(db, "SELECT " + outbox_columns + " FROM outbox WHERE key = ?1"),
+          // Empty filter values match everything; ?4 is a list like ",pending,sending,".
+          list_outbox(db, "SELECT " + outbox_columns +
+                              " FROM outbox WHERE (?1 = '' OR channel = ?1) AND (?2 = '' OR "
+                              "session_id = ?2) AND (?3 = 0 OR uncertain = 1) AND (?4 = '' OR "
+                              "instr(?4, ',' || status || ',') > 0) ORDER BY seq LIMIT ?5"),
+          // A channel's undelivered items for one session (served by the outbox_open index).
+          open_outbox(db, "SELECT " + outbox_columns +
+                              " FROM outbox WHERE channel = ?1 AND session_id = ?2 AND status IN "
+                              "('pending', 'sending') ORDER BY seq LIMIT ?3") {}
 
     statement begin, commit, rollback, savepoint, release, rollback_to;
     statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
     statement ensure_session, tape_next, append_tape, update_session;
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
+    statement add_outbox, update_outbox, get_outbox, list_outbox, open_outbox;
 };
 
 // A group commit in progress (store_runner): calls run as savepoints of one open transaction.
@@ -220,11 +145,6 @@ struct batch_state {
     bool open = false;
     bool broken = false; // SQLite rolled the whole transaction back (I/O error, disk full)
 };
-
-void step_and_reset(statement& s) {
-    sqlite3_step(s.get());
-    sqlite3_reset(s.get());
-}
 
 // Rolls back unless committed, so that an exception anywhere in a write leaves no trace. Inside a
 // batch it is a savepoint: only this call is undone, the batch goes on.
@@ -304,6 +224,26 @@ tape_entry read_entry(const query& q) {
     e.created_at = q.int64(3);
     e.turn_id = q.text(4);
     return e;
+}
+
+outbox_item read_outbox(const query& q) {
+    outbox_item o;
+    o.key = q.text(0);
+    o.turn_id = q.text(1);
+    o.session_id = q.text(2);
+    o.channel = q.text(3);
+    o.recipient = q.text(4);
+    o.index = q.int64(5);
+    o.text = q.text(6);
+    auto status = q.text(7);
+    auto st = parse_outbox_status(status);
+    if (!st) throw std::runtime_error("sqlite: unknown outbox status '" + status + "'");
+    o.status = *st;
+    o.attempts = q.int64(8);
+    o.uncertain = q.int64(9) != 0;
+    o.created_at = q.int64(10);
+    o.updated_at = q.int64(11);
+    return o;
 }
 
 std::optional<std::string> optional_key(const std::string& s) {
@@ -470,6 +410,74 @@ public:
             out.push_back(read_entry(q));
         // Read newest first so the LIMIT applies to the end of the tape; callers want ascending.
         std::reverse(out.begin(), out.end());
+        return out;
+    }
+
+    bool add_outbox(const outbox_item& o) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_, batch_);
+        auto added = query(st_.add_outbox)
+                         .bind(1, o.key)
+                         .bind(2, o.turn_id)
+                         .bind(3, o.session_id)
+                         .bind(4, o.channel)
+                         .bind(5, o.recipient)
+                         .bind(6, o.index)
+                         .bind(7, o.text)
+                         .bind(8, to_string(o.status))
+                         .bind(9, o.attempts)
+                         .bind(10, std::int64_t{o.uncertain})
+                         .bind(11, o.created_at ? o.created_at : now_ms())
+                         .run();
+        tx.commit();
+        return added > 0;
+    }
+
+    bool update_outbox(const outbox_item& o) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_, batch_);
+        auto changed = query(st_.update_outbox)
+                           .bind(1, o.key)
+                           .bind(2, to_string(o.status))
+                           .bind(3, o.attempts)
+                           .bind(4, std::int64_t{o.uncertain})
+                           .bind(5, now_ms())
+                           .run();
+        tx.commit();
+        return changed > 0;
+    }
+
+    std::optional<outbox_item> get_outbox(const std::string& key) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.get_outbox);
+        if (!q.bind(1, key).step()) return std::nullopt;
+        return read_outbox(q);
+    }
+
+    std::vector<outbox_item> list_outbox(const outbox_filter& f) override {
+        std::string statuses;
+        for (auto s : f.statuses)
+            statuses += "," + std::string(to_string(s));
+        if (!statuses.empty()) statuses += ",";
+        std::lock_guard lock(mutex_);
+        if (statuses == ",pending,sending," && !f.uncertain_only && !f.channel.empty() &&
+            !f.session_id.empty()) {
+            query q(st_.open_outbox);
+            q.bind(1, f.channel).bind(2, f.session_id).bind(3, sql_limit(f.limit));
+            std::vector<outbox_item> out;
+            while (q.step())
+                out.push_back(read_outbox(q));
+            return out;
+        }
+        query q(st_.list_outbox);
+        q.bind(1, f.channel)
+            .bind(2, f.session_id)
+            .bind(3, std::int64_t{f.uncertain_only})
+            .bind(4, statuses)
+            .bind(5, sql_limit(f.limit));
+        std::vector<outbox_item> out;
+        while (q.step())
+            out.push_back(read_outbox(q));
         return out;
     }
 

@@ -1,0 +1,145 @@
+#include "channels/ws/channel.hpp"
+
+#include <baton/log.hpp>
+
+#include <algorithm>
+
+namespace baton::ws {
+
+namespace {
+json::value id_value(std::string_view id) {
+    return id.empty() ? json::value(nullptr) : json::value(json::string(id));
+}
+} // namespace
+
+std::string reply_frame(const outbox_item& item) {
+    return json::serialize(json::object{{"type", "reply"},
+                                        {"session", item.session_id},
+                                        {"turn_id", item.turn_id},
+                                        {"key", item.key},
+                                        {"text", item.text},
+                                        {"uncertain", item.uncertain}});
+}
+
+std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
+    return json::serialize(json::object{
+        {"type", "error"}, {"id", id_value(id)}, {"code", code}, {"message", message}});
+}
+
+channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {}
+
+channel::~channel() {
+    stop();
+}
+
+plugin channel::make_plugin() {
+    plugin p;
+    p.name = "ws";
+    p.dispatch_outbound = [this](turn_context& ctx, const outbound& item) { return dispatch(ctx, item); };
+    return p;
+}
+
+// A reply for channel `ws` is addressed to its session: whoever follows the session gets it.
+asio::awaitable<bool> channel::dispatch(turn_context& ctx, const outbound& item) {
+    if (item.channel != "ws") co_return false;
+    outbox_item o;
+    o.turn_id = ctx.inbound.turn_id;
+    o.session_id = ctx.session_id;
+    o.channel = "ws";
+    o.recipient = ctx.session_id;
+    o.index = item.index;
+    o.text = item.text;
+    o.key = outbox_key(o.session_id, o.turn_id, o.channel, o.recipient, o.index);
+    std::vector<outbox_item> items{std::move(o)};
+    for (const auto& added : co_await rt_.enqueue_outbox(std::move(items)))
+        deliver(added);
+    co_return true;
+}
+
+std::shared_ptr<void> channel::try_open() {
+    auto n = open_->load();
+    do {
+        if (n >= opts_.max_connections) return nullptr;
+    } while (!open_->compare_exchange_weak(n, n + 1));
+    auto count = open_;
+    return std::shared_ptr<void>(count.get(), [count](void*) { count->fetch_sub(1); });
+}
+
+void channel::attach(const std::shared_ptr<connection>& c) {
+    std::lock_guard lock(mutex_);
+    conns_[c.get()].conn = c;
+}
+
+void channel::detach(const connection* c) {
+    std::vector<std::pair<std::string, std::uint64_t>> sessions;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = conns_.find(c);
+        if (it == conns_.end()) return;
+        sessions = std::move(it->second.sessions);
+        conns_.erase(it);
+        for (const auto& [sid, listener] : sessions) {
+            auto s = by_session_.find(sid);
+            if (s == by_session_.end()) continue;
+            std::erase_if(s->second, [c](const std::weak_ptr<connection>& w) {
+                auto p = w.lock();
+                return !p || p.get() == c;
+            });
+            if (s->second.empty()) by_session_.erase(s);
+        }
+    }
+    for (const auto& [sid, listener] : sessions)
+        rt_.events().unlisten(sid, listener);
+}
+
+asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
+                                         const std::string& session_id) {
+    {
+        std::lock_guard lock(mutex_);
+        auto it = conns_.find(c.get());
+        if (it == conns_.end()) co_return; // already gone
+        auto& subs = it->second.sessions;
+        if (std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session_id; }))
+            co_return;
+        std::weak_ptr<connection> weak = c;
+        auto listener = rt_.events().listen(session_id, [weak](const event_ptr& e) {
+            if (auto conn = weak.lock()) conn->send(ws_event_frame(*e));
+        });
+        subs.emplace_back(session_id, listener);
+        by_session_[session_id].push_back(weak);
+    }
+    // Every reply of the session not acked yet, with its key (clients drop keys they have seen).
+    store::outbox_filter unacked;
+    unacked.statuses = {outbox_status::pending, outbox_status::sending};
+    unacked.channel = "ws";
+    unacked.session_id = session_id;
+    for (const auto& item : co_await rt_.list_outbox(std::move(unacked)))
+        c->send(reply_frame(item));
+}
+
+void channel::deliver(const outbox_item& item) {
+    std::vector<std::shared_ptr<connection>> targets;
+    {
+        std::lock_guard lock(mutex_);
+        auto it = by_session_.find(item.session_id);
+        if (it == by_session_.end()) return;
+        for (const auto& w : it->second)
+            if (auto c = w.lock()) targets.push_back(std::move(c));
+    }
+    auto frame = reply_frame(item);
+    for (auto& c : targets)
+        c->send(frame);
+}
+
+void channel::stop() {
+    std::vector<std::shared_ptr<connection>> all;
+    {
+        std::lock_guard lock(mutex_);
+        for (auto& [raw, a] : conns_)
+            if (auto c = a.conn.lock()) all.push_back(std::move(c));
+    }
+    for (auto& c : all)
+        c->close();
+}
+
+} // namespace baton::ws

@@ -1,0 +1,258 @@
+// The only translation unit of the WebSocket channel that includes Beast's websocket.
+#include "channels/ws/session.hpp"
+
+#include <baton/log.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <deque>
+#include <mutex>
+
+namespace baton::ws {
+
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+namespace websocket = boost::beast::websocket;
+
+namespace {
+constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+// A connection: frames to send wait in a bounded queue drained by the one writer coroutine;
+// the reader coroutine handles what the client sends. Both run on the connection's strand.
+class session final : public connection, public std::enable_shared_from_this<session> {
+public:
+    session(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream)
+        : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)), wake_(ws_.get_executor()) {}
+
+    void send(std::string frame) override {
+        std::lock_guard lock(mutex_);
+        if (closing_) return;
+        if (queue_.size() >= ch_.opts().max_queued_frames) {
+            // Too far behind: dropped, never buffered without bound.
+            closing_ = true;
+            close_code_ = websocket::close_code::policy_error;
+        } else {
+            queue_.push_back(std::move(frame));
+        }
+        wake_writer();
+    }
+
+    void close() override {
+        std::lock_guard lock(mutex_);
+        if (closing_) return;
+        closing_ = true;
+        close_code_ = websocket::close_code::going_away;
+        wake_writer();
+    }
+
+    asio::awaitable<void> run(bhttp::request<bhttp::string_body> req);
+
+private:
+    // Under mutex_. The writer checks the queue and starts its wait in one strand handler, so a
+    // cancel posted to the strand after a push always finds it waiting or the frame queued.
+    void wake_writer() {
+        if (!writer_waiting_) return;
+        writer_waiting_ = false;
+        asio::post(ws_.get_executor(), [self = shared_from_this()] { self->wake_.cancel(); });
+    }
+
+    asio::awaitable<void> write_loop();
+    asio::awaitable<void> handle(std::string_view text);
+    asio::awaitable<void> on_message(const json::object& f, std::string_view id);
+
+    channel& ch_;
+    std::shared_ptr<void> slot_; // this connection's place among max_connections
+    websocket::stream<beast::tcp_stream> ws_;
+    asio::steady_timer wake_;
+    std::mutex mutex_;
+    std::deque<std::string> queue_;
+    bool writer_waiting_ = false;
+    bool closing_ = false;
+    bool writer_done_ = false;
+    websocket::close_code close_code_ = websocket::close_code::normal;
+};
+
+asio::awaitable<void> session::write_loop() {
+    for (;;) {
+        std::string frame;
+        {
+            std::unique_lock lock(mutex_);
+            if (closing_) break;
+            if (queue_.empty()) {
+                writer_waiting_ = true;
+                lock.unlock();
+                wake_.expires_at(asio::steady_timer::time_point::max());
+                co_await wake_.async_wait(use_tuple);
+                continue;
+            }
+            frame = std::move(queue_.front());
+            queue_.pop_front();
+        }
+        ws_.text(true);
+        auto [ec, n] = co_await ws_.async_write(asio::buffer(frame), use_tuple);
+        if (ec) {
+            std::lock_guard lock(mutex_);
+            closing_ = true;
+            writer_done_ = true;
+            co_return;
+        }
+    }
+    websocket::close_code code;
+    {
+        std::lock_guard lock(mutex_);
+        code = close_code_;
+        writer_done_ = true;
+    }
+    // The reader sees the close and ends the connection.
+    if (code != websocket::close_code::normal) co_await ws_.async_close(code, use_tuple);
+}
+
+asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
+    auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
+    timeouts.idle_timeout = ch_.opts().idle_timeout;
+    timeouts.keep_alive_pings = true;
+    ws_.set_option(timeouts);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(bhttp::field::server, "baton"); }));
+    ws_.read_message_max(ch_.opts().max_frame_bytes);
+    beast::get_lowest_layer(ws_).expires_never();
+    auto [aec] = co_await ws_.async_accept(req, use_tuple);
+    if (aec) co_return;
+    auto self = shared_from_this();
+    ch_.attach(self);
+    auto writer = [](std::shared_ptr<session> s) -> asio::awaitable<void> { co_await s->write_loop(); };
+    asio::co_spawn(ws_.get_executor(), writer(self), log::spawn_logger{"ws writer"});
+
+    beast::flat_buffer buffer;
+    for (;;) {
+        auto [ec, n] = co_await ws_.async_read(buffer, use_tuple);
+        if (ec) break; // closed, timed out, or too big (Beast has sent 1009)
+        if (!ws_.got_text()) {
+            send(error_frame("", "invalid_request", "frames must be text (one JSON object each)"));
+        } else {
+            auto data = buffer.cdata();
+            co_await handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
+        }
+        buffer.consume(buffer.size());
+    }
+    ch_.detach(this);
+    std::lock_guard lock(mutex_);
+    closing_ = true;
+    close_code_ = websocket::close_code::normal;
+    wake_writer();
+}
+
+std::string_view string_field(const json::object& f, std::string_view key) {
+    auto* v = f.if_contains(key);
+    return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
+}
+
+asio::awaitable<void> session::handle(std::string_view text) {
+    boost::system::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec || !v.is_object()) {
+        send(error_frame("", "invalid_json", ec ? "not JSON: " + ec.message() : "expected a JSON object"));
+        co_return;
+    }
+    const auto& f = v.get_object();
+    auto id = string_field(f, "id");
+    auto type = string_field(f, "type");
+    if (type == "ping") {
+        send(R"({"type":"pong"})");
+    } else if (type == "message") {
+        co_await on_message(f, id);
+    } else if (type == "subscribe") {
+        std::string sid(string_field(f, "session"));
+        if (!valid_session_id(sid)) {
+            send(error_frame(id, "invalid_request", "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
+            co_return;
+        }
+        co_await ch_.subscribe(shared_from_this(), sid);
+    } else if (type == "ack") {
+        std::string key(string_field(f, "key"));
+        if (key.empty()) {
+            send(error_frame(id, "invalid_request", "ack: key (a string) is required"));
+        } else if (!co_await ch_.rt().outbox_delivered(key)) {
+            send(error_frame(id, "not_found", "no outbox item with key " + key));
+        }
+    } else if (type == "cancel") {
+        std::string tid(string_field(f, "turn_id"));
+        if (tid.empty()) {
+            send(error_frame(id, "invalid_request", "cancel: turn_id (a string) is required"));
+            co_return;
+        }
+        if (auto err = co_await ch_.rt().cancel(tid))
+            send(error_frame(id, code_name(err->code), err->message));
+    } else {
+        send(error_frame(id, "invalid_request",
+                         type.empty() ? "type (a string) is required"
+                                      : "unknown type " + std::string(type) +
+                                            "; expected message, subscribe, ack, cancel or ping"));
+    }
+}
+
+asio::awaitable<void> session::on_message(const json::object& f, std::string_view id) {
+    accept_request ar;
+    ar.channel = "ws";
+    ar.session_id = string_field(f, "session");
+    if (!valid_session_id(ar.session_id)) {
+        send(error_frame(id, "invalid_request", "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
+        co_return;
+    }
+    auto* text = f.if_contains("text");
+    if (!text || !text->is_string() || text->get_string().empty()) {
+        send(error_frame(id, "invalid_request", "text: a non-empty string is required"));
+        co_return;
+    }
+    ar.text = text->get_string();
+    if (auto* agent = f.if_contains("agent")) {
+        if (!agent->is_string()) {
+            send(error_frame(id, "invalid_request", "agent: expected a string"));
+            co_return;
+        }
+        ar.agent = agent->get_string();
+    }
+    // The sender follows its session: it sees the turn's events and gets the reply.
+    co_await ch_.subscribe(shared_from_this(), ar.session_id);
+    auto sid = ar.session_id;
+    auto result = co_await ch_.rt().accept(std::move(ar));
+    if (auto* err = std::get_if<api_error>(&result)) {
+        send(error_frame(id, code_name(err->code), err->message));
+        co_return;
+    }
+    const auto& ok = std::get<accepted>(result);
+    send(json::serialize(json::object{{"type", "accepted"},
+                                      {"id", id.empty() ? json::value(nullptr) : json::value(id)},
+                                      {"turn_id", ok.turn_id},
+                                      {"session", sid}}));
+}
+} // namespace
+
+asio::awaitable<void> serve(channel& ch, beast::tcp_stream stream, bhttp::request<bhttp::string_body> req) {
+    auto slot = ch.try_open();
+    if (!slot) {
+        bhttp::response<bhttp::string_body> res{bhttp::status::service_unavailable, req.version()};
+        res.set(bhttp::field::server, "baton");
+        res.set(bhttp::field::content_type, "application/json");
+        res.set(bhttp::field::retry_after, "1");
+        res.body() = R"({"error":{"code":"overloaded","message":"too many WebSocket connections"}})";
+        res.keep_alive(false);
+        res.prepare_payload();
+        stream.expires_after(std::chrono::seconds(10));
+        co_await bhttp::async_write(stream, res, use_tuple);
+        boost::system::error_code ignored;
+        stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+        co_return;
+    }
+    auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream));
+    co_await s->run(std::move(req));
+}
+
+} // namespace baton::ws
