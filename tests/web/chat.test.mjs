@@ -178,6 +178,14 @@ async function run() {
         'the page reconnected on its own');
   check(!(await page.locator('.msg.assistant.final').allTextContents()).some((t) => t.includes(reply2)),
         'the second reply was shown before the reconnect');
+  // The reply waits in the outbox for a client of the session.
+  const pendingOf = async () => {
+    const r = await getJson(`${base}/v1/outbox?status=pending`);
+    check(r.status === 200, `GET /v1/outbox answered ${r.status}`);
+    return r.body.items.filter((i) => i.session_id === session);
+  };
+  check((await pendingOf()).some((i) => i.turn_id === turnId),
+        'the reply finished during the drop is not pending in the outbox');
 
   await page.evaluate(() => window.batonChat.reconnect());
   await expect('the page did not reconnect', page.waitForSelector('#status[data-state="connected"]'));
@@ -198,6 +206,9 @@ async function run() {
   check(resent.length >= 1, 'the daemon did not send the second reply after the reconnect');
   check(sockets[1].sent.some((f) => f.type === 'ack' && f.key === resent[0].key),
         'the page did not ack the re-sent reply');
+  // The page's ack reached the daemon: nothing of the session is left to deliver.
+  await until('the outbox to have nothing pending for the session',
+              async () => (await pendingOf()).length === 0, 10000);
   const order = await page.locator('#log .msg').evaluateAll((els) => els.map((e) => e.textContent));
   check(order.length === 4 && order[2] === second && order[3].endsWith(reply2),
         `the conversation is out of order: ${JSON.stringify(order)}`);
