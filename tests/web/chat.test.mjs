@@ -48,16 +48,28 @@ function start(name, cmd, argv) {
   });
 }
 
+// Stops everything started here: by pid, TERM then (after 15 s) KILL, so nothing outlives the
+// test. Returns the processes that did not exit 0 on TERM (under ASan, a leak or error report).
 async function stopAll() {
   if (browser) await browser.close().catch(() => {});
-  // By pid, TERM then KILL: nothing of ours outlives the test.
-  await Promise.all(children.map(({ child }) => new Promise((resolve) => {
-    if (child.exitCode !== null || child.signalCode !== null) return resolve();
-    const kill = setTimeout(() => child.kill('SIGKILL'), 5000);
-    child.once('exit', () => { clearTimeout(kill); resolve(); });
+  browser = null;
+  const unclean = await Promise.all(children.map((entry) => new Promise((resolve) => {
+    const { child } = entry;
+    const verdict = () =>
+      (child.exitCode === 0 ? null : `${entry.name} (${child.exitCode ?? child.signalCode})`);
+    if (child.exitCode !== null || child.signalCode !== null) return resolve(verdict());
+    const kill = setTimeout(() => child.kill('SIGKILL'), 15000);
+    child.once('exit', () => { clearTimeout(kill); resolve(verdict()); });
     child.kill('SIGTERM');
   })));
   rmSync(work, { recursive: true, force: true });
+  return unclean.filter(Boolean);
+}
+
+function printStderr() {
+  for (const { name, err } of children) {
+    if (err) console.error(`--- ${name} stderr (tail)\n${err.slice(-3000)}`);
+  }
 }
 
 function check(cond, message) {
@@ -230,16 +242,19 @@ const deadline = setTimeout(() => {
 
 try {
   await run();
-  log('PASSED');
   clearTimeout(deadline);
-  await stopAll();
-  log('stopped');
+  // A clean exit on SIGTERM is part of the run: the sanitizer build reports leaks there.
+  const unclean = await stopAll();
+  if (unclean.length) {
+    console.error(`web_chat: FAILED: not a clean exit on SIGTERM: ${unclean.join(', ')}`);
+    printStderr();
+    process.exit(1);
+  }
+  log('PASSED');
 } catch (e) {
   clearTimeout(deadline);
   console.error(`web_chat: FAILED: ${e.message}`);
-  for (const { name, err } of children) {
-    if (err) console.error(`--- ${name} stderr (tail)\n${err.slice(-3000)}`);
-  }
+  printStderr();
   await stopAll();
   process.exit(1);
 }
