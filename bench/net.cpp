@@ -1,4 +1,5 @@
-// One of the two bench files that include Beast (the other is mock_model.cpp).
+// One of the two bench files that include Beast (the other is mock_model.cpp); the WebSocket
+// client is the library's (src/ws_client.cpp).
 #include "bench/net.hpp"
 
 #include "bench/bench.hpp"
@@ -9,13 +10,11 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-#include <boost/beast/websocket.hpp>
 
 namespace baton::bench {
 
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
-namespace websocket = boost::beast::websocket;
 using asio::ip::tcp;
 
 namespace {
@@ -221,59 +220,6 @@ asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std
             co_return p;
         }
     }
-}
-
-struct ws_connection::impl {
-    impl(asio::any_io_executor ex, std::string h, std::string p)
-        : resolver(ex), ws(ex), host(std::move(h)), port(std::move(p)) {}
-    tcp::resolver resolver;
-    websocket::stream<beast::tcp_stream> ws;
-    beast::flat_buffer buffer;
-    std::string host;
-    std::string port;
-};
-
-ws_connection::ws_connection(asio::any_io_executor ex, std::string host, std::string port)
-    : impl_(std::make_unique<impl>(std::move(ex), std::move(host), std::move(port))) {}
-ws_connection::~ws_connection() = default;
-
-asio::awaitable<std::pair<error_code, unsigned>>
-ws_connection::connect(std::string target, milliseconds timeout, std::optional<milliseconds> idle) {
-    auto& c = *impl_;
-    auto [rec, endpoints] = co_await c.resolver.async_resolve(c.host, c.port, use_tuple);
-    if (rec) co_return std::pair{rec, 0u};
-    auto& tcp_layer = beast::get_lowest_layer(c.ws);
-    tcp_layer.expires_after(timeout);
-    auto [ec, ep] = co_await tcp_layer.async_connect(endpoints, use_tuple);
-    if (ec) co_return std::pair{ec, 0u};
-    error_code ignored;
-    tcp_layer.socket().set_option(tcp::no_delay(true), ignored);
-    websocket::response_type res;
-    std::tie(ec) = co_await c.ws.async_handshake(res, c.host + ":" + c.port, target, use_tuple);
-    if (ec) {
-        tcp_layer.close();
-        co_return std::pair{ec, res.result_int()};
-    }
-    // From here the websocket stream's own timeouts apply, not the TCP layer's.
-    tcp_layer.expires_never();
-    auto opt = websocket::stream_base::timeout::suggested(beast::role_type::client);
-    if (idle) opt.idle_timeout = *idle;
-    c.ws.set_option(opt);
-    c.ws.text(true);
-    co_return std::pair{error_code{}, res.result_int()};
-}
-
-asio::awaitable<error_code> ws_connection::send(std::string text) {
-    auto [ec, n] = co_await impl_->ws.async_write(asio::buffer(text), use_tuple);
-    co_return ec;
-}
-
-asio::awaitable<std::pair<error_code, std::string>> ws_connection::receive() {
-    auto& c = *impl_;
-    c.buffer.clear();
-    auto [ec, n] = co_await c.ws.async_read(c.buffer, use_tuple);
-    if (ec) co_return std::pair{ec, std::string{}};
-    co_return std::pair{error_code{}, beast::buffers_to_string(c.buffer.data())};
 }
 
 } // namespace baton::bench

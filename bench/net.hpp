@@ -1,9 +1,10 @@
 // Client sides for the benchmarks: one keep-alive HTTP/1.1 connection (plain requests and SSE
-// streams) and one WebSocket connection, each to one host and port. Beast stays in net.cpp.
+// streams), and the library's WebSocket client under its bench name. Beast stays in net.cpp.
 // Not thread-safe: use each object from one coroutine (or strand) at a time.
 #pragma once
 
 #include <baton/sse.hpp>
+#include <baton/ws_client.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
@@ -85,27 +86,7 @@ struct turn_poll {
 asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std::string tid,
                                      milliseconds timeout);
 
-class ws_connection {
-public:
-    ws_connection(asio::any_io_executor ex, std::string host, std::string port);
-    ~ws_connection();
-    ws_connection(const ws_connection&) = delete;
-    ws_connection& operator=(const ws_connection&) = delete;
-
-    // Connects and upgrades within `timeout`. Returns the HTTP status of the answer (101 on
-    // success); a refused upgrade gives an error and the status the server sent (404, ...).
-    // With `idle`, a later receive() fails when nothing arrives for that long.
-    asio::awaitable<std::pair<error_code, unsigned>> connect(std::string target, milliseconds timeout,
-                                                             std::optional<milliseconds> idle = {});
-
-    asio::awaitable<error_code> send(std::string text);
-    // The next text or binary message.
-    asio::awaitable<std::pair<error_code, std::string>> receive();
-
-    struct impl;
-
-private:
-    std::unique_ptr<impl> impl_;
-};
+// The library's WebSocket client (include/baton/ws_client.hpp).
+using ws_connection = baton::ws_client;
 
 } // namespace baton::bench

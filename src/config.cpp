@@ -65,7 +65,7 @@ void read_server(config_errors& e, const json::value& v, server_config& out) {
     object_reader o(
         e, v, "server",
         {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
-         "sse_heartbeat_ms"});
+         "sse_heartbeat_ms", "events_per_turn"});
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
         o.fail("listen", "expected HOST:PORT with port 0..65535");
     o.read("threads", out.threads, 0);
@@ -73,6 +73,7 @@ void read_server(config_errors& e, const json::value& v, server_config& out) {
     o.read("header_timeout_ms", out.header_timeout);
     o.read("idle_timeout_ms", out.idle_timeout);
     o.read("sse_heartbeat_ms", out.sse_heartbeat);
+    o.read("events_per_turn", out.events_per_turn, 2);
     if (const json::array* tokens = o.array("tokens")) {
         std::set<std::string> seen;
         out.tokens.assign(tokens->size(), token_config{});

@@ -1,4 +1,5 @@
 #include "src/daemon.hpp"
+#include "src/wiring.hpp"
 
 #include <baton/framework.hpp>
 #include <baton/http_client.hpp>
@@ -54,26 +55,6 @@ std::optional<tcp::endpoint> parse_endpoint(const std::string& s, std::string& e
     return tcp::endpoint(addr, static_cast<unsigned short>(p));
 }
 
-std::shared_ptr<store> open_store(const config& cfg) {
-    switch (cfg.storage.type) {
-    case storage_config::kind::memory:
-        return make_memory_store();
-    case storage_config::kind::postgres:
-        throw std::runtime_error("storage.postgres: PostgreSQL storage is not available in this build");
-    case storage_config::kind::sqlite:
-        break;
-    }
-    return make_sqlite_store({cfg.storage.sqlite_path, cfg.storage.sqlite_synchronous});
-}
-
-std::shared_ptr<model_client> make_model(asio::any_io_executor ex, const agent_config& a,
-                                         const std::shared_ptr<http_client>& http) {
-    if (a.model.provider == "echo") return make_echo_model();
-    if (a.model.provider == "openai") return make_openai_model(ex, a.model, http);
-    throw std::runtime_error("agents." + a.name + ".model.provider: unknown provider " +
-                             a.model.provider);
-}
-
 std::string url_host(const tcp::endpoint& ep) {
     auto a = ep.address();
     return a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
@@ -81,23 +62,9 @@ std::string url_host(const tcp::endpoint& ep) {
 } // namespace
 
 int run_daemon(const serve_options& opts) {
-    config cfg;
-    try {
-        if (opts.config_file) {
-            auto loaded = load_config_file(*opts.config_file);
-            if (!loaded.errors.empty()) {
-                for (auto& e : loaded.errors)
-                    std::cerr << *opts.config_file << ": " << e.to_string() << "\n";
-                return 2;
-            }
-            cfg = std::move(loaded.cfg);
-        } else {
-            cfg = default_config();
-        }
-    } catch (const std::exception& e) {
-        std::cerr << "baton: " << e.what() << "\n";
-        return 2;
-    }
+    auto loaded = load_config_or_report(opts.config_file);
+    if (!loaded) return 2;
+    config cfg = std::move(*loaded);
     if (opts.listen) cfg.server.listen = *opts.listen;
     if (opts.threads) cfg.server.threads = *opts.threads;
     if (opts.data_dir)
@@ -124,24 +91,18 @@ int run_daemon(const serve_options& opts) {
     unsigned threads = cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads)
                                               : std::max(1u, std::thread::hardware_concurrency());
     asio::io_context ioc(static_cast<int>(threads));
-    std::shared_ptr<store> st;
-    std::unique_ptr<store_runner> db;
-    std::unique_ptr<framework> fw;
-    std::shared_ptr<http_client> http;
+    runtime_parts parts;
     try {
-        st = open_store(cfg);
-        db = std::make_unique<store_runner>(st);
-        fw = std::make_unique<framework>(*db);
-        http = std::make_shared<http_client>(ioc.get_executor());
-        for (auto& [name, a] : cfg.agents)
-            fw->add_agent(agent{a, make_model(ioc.get_executor(), a, http)});
-        for (auto& [name, t] : cfg.tools)
-            fw->tools().add(make_http_tool(name, t, http));
+        parts = build_runtime_parts(cfg, ioc.get_executor());
     } catch (const std::exception& e) {
         std::cerr << "baton: " << e.what() << "\n";
         return 1;
     }
-    runtime rt(ioc.get_executor(), *fw);
+    auto& db = parts.db;
+    auto& fw = parts.fw;
+    event_hub_options events;
+    events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
+    runtime rt(ioc.get_executor(), *fw, events);
     std::unique_ptr<ws::channel> websocket;
     if (cfg.channels.ws_enabled) {
         ws::options wo;

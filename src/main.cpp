@@ -1,7 +1,9 @@
-// The `baton` command: serve, check-config, --version, --help.
+// The `baton` command: serve, chat, check-config, --version, --help.
+#include "src/chat.hpp"
 #include "src/daemon.hpp"
 
 #include <baton/config.hpp>
+#include <baton/types.hpp>
 
 #include <cstring>
 #include <iostream>
@@ -16,6 +18,7 @@ const char* usage_text = R"(usage: baton <command> [options]
 
 commands:
   serve          run the daemon (HTTP API on 127.0.0.1:8080 by default)
+  chat           terminal chat, in-process or with a running daemon (--url)
   check-config   validate a config file
 options:
   --version      print the version
@@ -35,6 +38,25 @@ const char* serve_help =
 Prints `listening on http://HOST:PORT` when ready; SIGTERM/SIGINT drain and stop.
 )";
 
+const char* chat_help =
+    R"(usage: baton chat [--session ID] [--url URL] [--config FILE] [--data DIR]
+
+Reads messages from stdin, one per line, sends each to the session and prints what the turn does
+as it happens: streamed text (`baton> ...`), tool calls and their results (`  [tool ...]`), later
+model steps, and how a turn ended when it did not complete (`[failed: model_error: ...]`).
+Lines starting with / are direct commands (/help, /model, /reset, /handoff, /stop).
+
+  --session ID     the session (1-128 of A-Z a-z 0-9 . _ : @ -; default chat:$USER)
+  --url URL        talk to a running daemon over its WebSocket channel: ws://HOST:PORT[/v1/ws]
+                   or http://HOST:PORT (mapped to ws://HOST:PORT/v1/ws)
+  --config FILE    in-process: the JSON config (API.md); without it the embedded default
+                   (agent "default", the echo model unless BATON_MODEL=openai:<model>)
+  --data DIR       in-process: keep the conversation in SQLite at DIR/baton.db (default: in
+                   memory, gone at exit)
+At the end of stdin it waits for every answer, then exits 0. Ctrl-C stops the running turn and
+exits 130. Exit 2 for bad options, 1 when the daemon cannot be reached.
+)";
+
 const char* check_help = R"(usage: baton check-config FILE
 
 Validates FILE and prints every error with its JSON path. Exit 0 valid, 2 invalid.
@@ -43,6 +65,21 @@ Validates FILE and prints every error with its JSON path. Exit 0 valid, 2 invali
 int usage_error(const std::string& msg, const char* help) {
     std::cerr << "baton: " << msg << "\n" << help;
     return 2;
+}
+
+// `--name value` or `--name=value` at args[i] (i moves past the value); false when it has none.
+bool option_value(const std::vector<std::string>& args, std::size_t& i, std::string& name,
+                  std::string& value) {
+    const std::string& a = args[i];
+    name = a;
+    if (auto eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        return true;
+    }
+    if (i + 1 >= args.size()) return false;
+    value = args[++i];
+    return true;
 }
 
 int serve(const std::vector<std::string>& args) {
@@ -57,16 +94,8 @@ int serve(const std::vector<std::string>& args) {
             opts.insecure_no_auth = true;
             continue;
         }
-        std::string value;
-        std::string name = a;
-        if (auto eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {
-            name = a.substr(0, eq);
-            value = a.substr(eq + 1);
-        } else if (i + 1 < args.size()) {
-            value = args[++i];
-        } else {
-            return usage_error(a + " needs a value", serve_help);
-        }
+        std::string name, value;
+        if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", serve_help);
         if (name == "--config")
             opts.config_file = value;
         else if (name == "--listen")
@@ -87,6 +116,35 @@ int serve(const std::vector<std::string>& args) {
         }
     }
     return baton::run_daemon(opts);
+}
+
+int chat(const std::vector<std::string>& args) {
+    baton::chat_options opts;
+    opts.session = baton::default_chat_session();
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--help" || a == "-h") {
+            std::cout << chat_help;
+            return 0;
+        }
+        std::string name, value;
+        if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", chat_help);
+        if (name == "--session")
+            opts.session = value;
+        else if (name == "--url")
+            opts.url = value;
+        else if (name == "--config")
+            opts.config_file = value;
+        else if (name == "--data")
+            opts.data_dir = value;
+        else
+            return usage_error("unknown option " + a, chat_help);
+    }
+    if (!baton::valid_session_id(opts.session))
+        return usage_error("--session: expected 1-128 characters of A-Z a-z 0-9 . _ : @ -", chat_help);
+    if (opts.url && (opts.config_file || opts.data_dir))
+        return usage_error("--config and --data are for the in-process chat, not with --url", chat_help);
+    return opts.url ? baton::run_remote_chat(opts) : baton::run_local_chat(opts);
 }
 
 int check_config(const std::vector<std::string>& args) {
@@ -119,6 +177,7 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (cmd == "serve") return serve(args);
+    if (cmd == "chat") return chat(args);
     if (cmd == "check-config") return check_config(args);
     return usage_error("unknown command " + cmd, usage_text);
 }

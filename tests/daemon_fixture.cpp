@@ -153,9 +153,9 @@ struct child {
 };
 
 // fork + exec of `baton args...`: stdout into a pipe; stderr appended to `log_file`, or into the
-// same pipe when there is none. The environment is ours minus BATON_*, so the embedded default
-// (echo model) applies whatever the developer's shell exports.
-child spawn_baton(const std::vector<std::string>& args, const fs::path* log_file) {
+// same pipe when there is none; stdin from `in_fd`, or /dev/null. The environment is ours minus
+// BATON_*, so the embedded default (echo model) applies whatever the developer's shell exports.
+child spawn_baton(const std::vector<std::string>& args, const fs::path* log_file, int in_fd = -1) {
     // Everything the child needs is made before fork: after it, only async-signal-safe calls.
     std::vector<std::string> arg_strings{BATON_CLI_PATH};
     arg_strings.insert(arg_strings.end(), args.begin(), args.end());
@@ -175,7 +175,7 @@ child spawn_baton(const std::vector<std::string>& args, const fs::path* log_file
     pid_t parent = ::getpid();
     pid_t pid = ::fork();
     if (pid == 0) {
-        ::dup2(null_fd, 0);
+        ::dup2(in_fd >= 0 ? in_fd : null_fd, 0);
         ::dup2(pipe_fds[1], 1);
         ::dup2(log_fd, 2);
         sigset_t none;
@@ -406,6 +406,88 @@ int daemon_process::stop(std::chrono::milliseconds grace) {
         stdout_fd_ = -1;
     }
     return exit_code_;
+}
+
+cli_process::cli_process(const std::vector<std::string>& args) {
+    // A child that exits before reading all its input must fail the test, not kill it.
+    ::signal(SIGPIPE, SIG_IGN);
+    int in[2];
+    BOOST_REQUIRE_MESSAGE(::pipe2(in, O_CLOEXEC) == 0, "pipe2: " << std::strerror(errno));
+    auto c = spawn_baton(args, nullptr, in[0]);
+    ::close(in[0]);
+    pid_ = c.pid;
+    out_fd_ = c.out_fd;
+    in_fd_ = in[1];
+}
+
+cli_process::~cli_process() {
+    close_stdin();
+    if (pid_ > 0) kill_and_reap(pid_);
+    if (out_fd_ >= 0) ::close(out_fd_);
+}
+
+bool cli_process::write(std::string_view text) {
+    while (!text.empty() && in_fd_ >= 0) {
+        ssize_t n = ::write(in_fd_, text.data(), text.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        text.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return text.empty();
+}
+
+void cli_process::close_stdin() {
+    if (in_fd_ >= 0) ::close(in_fd_);
+    in_fd_ = -1;
+}
+
+bool cli_process::read_some(steady::time_point deadline) {
+    if (out_fd_ < 0 || !poll_until(out_fd_, POLLIN, deadline)) return false;
+    char chunk[4096];
+    ssize_t n = ::read(out_fd_, chunk, sizeof chunk);
+    if (n > 0) output_.append(chunk, static_cast<std::size_t>(n));
+    if (n == 0 || (n < 0 && errno != EINTR)) {
+        ::close(out_fd_);
+        out_fd_ = -1;
+    }
+    return n != 0;
+}
+
+bool cli_process::wait_for(std::string_view needle, std::chrono::milliseconds limit) {
+    auto deadline = steady::now() + limit;
+    while (output_.find(needle) == std::string::npos)
+        if (!read_some(deadline)) return output_.find(needle) != std::string::npos;
+    return true;
+}
+
+void cli_process::signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int cli_process::wait(std::chrono::milliseconds limit) {
+    close_stdin();
+    auto deadline = steady::now() + limit;
+    while (out_fd_ >= 0 && read_some(deadline)) {
+    }
+    if (pid_ > 0) {
+        auto code = wait_exit(pid_, deadline);
+        if (!code) {
+            kill_and_reap(pid_);
+            pid_ = -1;
+            BOOST_FAIL("baton did not finish within " << limit.count() << " ms; output:\n" << output_);
+        }
+        exit_code_ = *code;
+        pid_ = -1;
+    }
+    return exit_code_;
+}
+
+cli_result run_baton(const std::vector<std::string>& args, std::string_view input,
+                     std::chrono::milliseconds limit) {
+    cli_process p(args);
+    BOOST_TEST(p.write(input), "baton stopped reading its input; output:\n" << p.output());
+    int code = p.wait(limit);
+    return {code, p.output()};
 }
 
 cli_result run_baton(const std::vector<std::string>& args, std::chrono::milliseconds limit) {

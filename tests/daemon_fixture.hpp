@@ -114,6 +114,39 @@ void write_text_file(const std::filesystem::path& p, std::string_view content);
 
 // Runs `baton <args...>` to completion (killed after `limit`).
 cli_result run_baton(const std::vector<std::string>& args, std::chrono::milliseconds limit = 10s);
+// The same with `input` on its stdin, which is then closed.
+cli_result run_baton(const std::vector<std::string>& args, std::string_view input,
+                     std::chrono::milliseconds limit = 10s);
+
+// A `baton` child whose stdin is a pipe the test writes, for commands driven line by line
+// (`baton chat`); stdout and stderr are read together. Killed by the destructor if still running.
+class cli_process {
+public:
+    explicit cli_process(const std::vector<std::string>& args);
+    ~cli_process();
+    cli_process(const cli_process&) = delete;
+    cli_process& operator=(const cli_process&) = delete;
+
+    // Writes to its stdin; false when it no longer reads it.
+    bool write(std::string_view text);
+    void close_stdin();
+    // Reads output until it holds `needle` (true), or `limit` passes or the output ends (false).
+    bool wait_for(std::string_view needle, std::chrono::milliseconds limit = 10s);
+    // Everything read so far.
+    const std::string& output() const { return output_; }
+    void signal(int sig);
+    // Closes stdin, reads the output to its end and returns the exit code (128 + signal when
+    // killed); fails the test when it has not exited within `limit`.
+    int wait(std::chrono::milliseconds limit = 10s);
+
+private:
+    bool read_some(std::chrono::steady_clock::time_point deadline);
+    pid_t pid_ = -1;
+    int in_fd_ = -1;
+    int out_fd_ = -1;
+    int exit_code_ = -1;
+    std::string output_;
+};
 
 // Statuses after which a turn never changes (API.md "Turn record").
 const std::vector<std::string>& terminal_statuses();

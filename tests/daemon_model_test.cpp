@@ -2,6 +2,7 @@
 // completes in two steps, and the turn outcomes a client must handle.
 #include "tests/daemon_fixture.hpp"
 #include "tests/fake_openai.hpp"
+#include "tests/model_daemon.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -10,40 +11,6 @@
 using namespace baton;
 using namespace baton::test;
 
-namespace {
-
-// A daemon whose default agent talks to the fake server, with `limits` merged in.
-struct model_daemon : daemon_fixture {
-    fake_openai model;
-
-    explicit model_daemon(json::object limits = {}, bool stream = false, json::object tools = {})
-        : daemon_fixture(deferred{}) {
-        json::array allowed{"clock"};
-        for (auto& kv : tools)
-            allowed.emplace_back(kv.key());
-        json::object agent{{"model",
-                            {{"provider", "openai"},
-                             {"base_url", model.base_url()},
-                             {"model", "fake-1"},
-                             {"stream", stream},
-                             {"timeout_ms", 2000}}},
-                           {"instructions", json::array{"You are a test agent."}},
-                           {"tools", std::move(allowed)},
-                           {"limits", std::move(limits)}};
-        json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
-                         {"agents", {{"default", std::move(agent)}}},
-                         {"tools", std::move(tools)}};
-        start({"--config", write_file("baton.json", json::serialize(cfg)).string()});
-    }
-
-    std::string post(std::string_view text) {
-        auto r = post_message("s1", text);
-        BOOST_REQUIRE_EQUAL(r.status, 202u);
-        return std::string(r.json.at("turn_id").as_string());
-    }
-};
-
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(daemon_model)
 

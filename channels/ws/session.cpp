@@ -121,7 +121,9 @@ asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
     ws_.set_option(timeouts);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(bhttp::field::server, "baton"); }));
-    ws_.read_message_max(ch_.opts().max_frame_bytes);
+    // The size limit is ours (see the read loop): Beast's own (read_message_max) tears the TCP
+    // connection down before the peer has read the 1009 close frame.
+    ws_.read_message_max(0);
     beast::get_lowest_layer(ws_).expires_never();
     auto [aec] = co_await ws_.async_accept(req, use_tuple);
     if (aec) co_return;
@@ -131,9 +133,17 @@ asio::awaitable<void> session::run(bhttp::request<bhttp::string_body> req) {
     asio::co_spawn(ws_.get_executor(), writer(self), log::spawn_logger{"ws writer"});
 
     beast::flat_buffer buffer;
+    const std::size_t limit = ch_.opts().max_frame_bytes;
     for (;;) {
-        auto [ec, n] = co_await ws_.async_read(buffer, use_tuple);
-        if (ec) break; // closed, timed out, or too big (Beast has sent 1009)
+        // A message is read in pieces, so that one over the limit is refused before it is in memory.
+        auto [ec, n] = co_await ws_.async_read_some(buffer, std::min<std::size_t>(limit + 1, 65536),
+                                                    use_tuple);
+        if (ec) break; // closed or timed out
+        if (buffer.size() > limit) {
+            co_await ws_.async_close(websocket::close_code::too_big, use_tuple);
+            break;
+        }
+        if (!ws_.is_message_done()) continue;
         if (!ws_.got_text()) {
             send(error_frame("", "invalid_request", "frames must be text (one JSON object each)"));
         } else {

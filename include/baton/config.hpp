@@ -81,6 +81,7 @@ struct server_config {
     milliseconds header_timeout{10000};
     milliseconds idle_timeout{60000};
     milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
+    std::int64_t events_per_turn = 1024; // kept per turn for readers that resume (older: a gap)
 };
 
 struct storage_config {

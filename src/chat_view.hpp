@@ -1,0 +1,63 @@
+// What `baton chat` prints: turn events, replies and errors turned into lines for a person or a
+// script. No I/O of its own beyond the stream it writes to, so it is tested without a terminal.
+// Not thread-safe: call it from one thread or strand.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <cstddef>
+#include <deque>
+#include <map>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace baton {
+
+class chat_view {
+public:
+    // in_process: the reply comes with turn.finished. remote: it comes as a `reply` frame (an
+    // outbox item), and turn.finished only reports how the turn ended.
+    enum class mode { in_process, remote };
+
+    chat_view(std::ostream& out, mode m) : out_(out), mode_(m) {}
+
+    // A turn event (API.md "Turn events"); unknown types are ignored.
+    void on_event(std::string_view turn_id, std::string_view type, const boost::json::object& data);
+    // A `reply` frame: printed unless that turn's text was already shown (streamed).
+    void on_reply(std::string_view turn_id, std::string_view text);
+    // A refused message or a bad frame.
+    void on_error(std::string_view code, std::string_view message);
+    // Any other line of our own (notes about the connection, ...).
+    void note(std::string_view text);
+    // `you> ` with no newline, for a terminal.
+    void prompt();
+
+    // How much of a tool's arguments and output a line shows.
+    static constexpr std::size_t args_preview = 200;
+    static constexpr std::size_t output_preview = 120;
+
+private:
+    struct turn_view {
+        std::string streamed;                     // model.delta text of the current model call
+        std::map<std::string, std::string> tools; // call_id -> tool name
+    };
+    void end_line();
+    void line(std::string_view text);
+    void finish(std::string_view turn_id, const boost::json::object& data);
+    void remember_shown(std::string_view turn_id, std::string text);
+
+    std::ostream& out_;
+    mode mode_;
+    bool open_line_ = false; // streamed text with no newline yet
+    std::string streaming_turn_;
+    std::map<std::string, turn_view, std::less<>> turns_;
+    // Finished turns and the text shown for them (a reply frame may come after turn.finished).
+    std::deque<std::pair<std::string, std::string>> shown_;
+};
+
+// `s` on one line, whitespace runs as one space, cut to at most `max` bytes at a UTF-8 character
+// boundary (with "..." when cut).
+std::string one_line_preview(std::string_view s, std::size_t max);
+
+} // namespace baton

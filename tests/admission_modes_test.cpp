@@ -1,0 +1,142 @@
+// Admission modes collect, steer and interrupt (DESIGN.md "Admission"), through the daemon's HTTP
+// API and its WebSocket channel, against a scripted model whose first answer is slow so that the
+// next messages arrive while a turn runs.
+#include "tests/model_daemon.hpp"
+#include "tests/ws_client.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+using namespace baton::test;
+
+namespace {
+
+json::object mode(std::string m) {
+    return {{"admission", {{"mode", std::move(m)}, {"max_queued", 8}}}};
+}
+
+// The user messages of a recorded model request, in order.
+std::vector<std::string> user_texts(const recorded_request& r) {
+    std::vector<std::string> out;
+    for (const auto& m : r.body.at("messages").as_array())
+        if (m.at("role") == "user") out.emplace_back(m.at("content").as_string());
+    return out;
+}
+
+bool contains(const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(admission_modes)
+
+BOOST_AUTO_TEST_CASE(collect_answers_the_messages_queued_meanwhile_in_one_turn) {
+    model_daemon d({}, false, {}, mode("collect"));
+    d.model.push(fake_reply::completion("first answer").after(std::chrono::milliseconds(600)));
+    d.model.push(fake_reply::completion("one answer for both"));
+    auto t1 = d.post("first");
+    d.wait_for_turn(t1, {"running"});
+    auto t2 = d.post("second");
+    auto t3 = d.post("third");
+    auto r1 = d.wait_for_turn(t1);
+    auto r2 = d.wait_for_turn(t2);
+    auto r3 = d.wait_for_turn(t3);
+    BOOST_TEST(r1.at("reply").as_string() == "first answer");
+    BOOST_TEST(r2.at("status").as_string() == "completed");
+    BOOST_TEST(r3.at("status").as_string() == "completed");
+    BOOST_TEST(r2.at("reply").as_string() == "one answer for both");
+    BOOST_TEST(r3.at("reply").as_string() == "one answer for both");
+    auto reqs = d.model.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 2u); // not three
+    auto texts = user_texts(reqs[1]);
+    BOOST_TEST(contains(texts, "second"));
+    BOOST_TEST(contains(texts, "third"));
+    // The tape keeps every message.
+    auto tape = d.request("GET", "/v1/sessions/s1/tape");
+    for (auto t : {"first", "second", "third"})
+        BOOST_TEST(tape.body.find(std::string("\"") + t + "\"") != std::string::npos, t);
+}
+
+BOOST_AUTO_TEST_CASE(steer_brings_a_message_into_the_running_turn_at_its_next_step) {
+    model_daemon d({}, false, {}, mode("steer"));
+    // Step 1 asks for the clock (slowly); the steered message joins before step 2.
+    d.model.push(fake_reply::completion("", {{"call_1", "clock", "{}"}}, "tool_calls")
+                     .after(std::chrono::milliseconds(600)));
+    d.model.push(fake_reply::completion("answered both"));
+    auto t1 = d.post("what time is it?");
+    d.wait_for_turn(t1, {"running"});
+    auto t2 = d.post("and in Paris?");
+    auto r1 = d.wait_for_turn(t1);
+    auto r2 = d.wait_for_turn(t2);
+    BOOST_TEST(r1.at("reply").as_string() == "answered both");
+    BOOST_TEST(r2.at("status").as_string() == "completed");
+    BOOST_TEST(r2.at("reply").as_string() == "answered both");
+    auto reqs = d.model.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 2u);
+    BOOST_TEST(!contains(user_texts(reqs[0]), "and in Paris?"));
+    BOOST_TEST(contains(user_texts(reqs[1]), "and in Paris?"));
+    // The steered message comes after the tool's observation.
+    const auto& msgs = reqs[1].body.at("messages").as_array();
+    BOOST_TEST(msgs.back().at("role").as_string() == "user");
+}
+
+BOOST_AUTO_TEST_CASE(a_steered_message_that_comes_too_late_runs_as_its_own_turn) {
+    model_daemon d({}, false, {}, mode("steer"));
+    d.model.push(fake_reply::completion("one"));
+    d.model.push(fake_reply::completion("two"));
+    auto r1 = d.wait_for_turn(d.post("first"));
+    auto r2 = d.wait_for_turn(d.post("second"));
+    BOOST_TEST(r1.at("reply").as_string() == "one");
+    BOOST_TEST(r2.at("reply").as_string() == "two");
+}
+
+BOOST_AUTO_TEST_CASE(interrupt_stops_the_running_turn_and_runs_the_new_message) {
+    model_daemon d({}, false, {}, mode("interrupt"));
+    d.model.push(fake_reply::completion("never seen").after(std::chrono::milliseconds(3000)));
+    d.model.push(fake_reply::completion("the new answer"));
+    auto t1 = d.post("long question");
+    d.wait_for_turn(t1, {"running"});
+    auto t2 = d.post("never mind, this instead");
+    auto r1 = d.wait_for_turn(t1);
+    auto r2 = d.wait_for_turn(t2);
+    BOOST_TEST(r1.at("status").as_string() == "stopped");
+    BOOST_TEST(r2.at("status").as_string() == "completed");
+    BOOST_TEST(r2.at("reply").as_string() == "the new answer");
+}
+
+BOOST_AUTO_TEST_CASE(interrupt_through_the_websocket_channel) {
+    model_daemon d({}, false, {}, mode("interrupt"));
+    d.model.push(fake_reply::completion("never seen").after(std::chrono::milliseconds(3000)));
+    d.model.push(fake_reply::completion("interrupted you"));
+    ws_client ws(d.daemon->host(), d.daemon->port());
+    ws.send({{"type", "message"}, {"session", "wm"}, {"text", "long"}, {"id", "a"}});
+    auto t1 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    ws.read_until(event_named("model.call", t1));
+    ws.send({{"type", "message"}, {"session", "wm"}, {"text", "stop that"}, {"id", "b"}});
+    auto t2 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    auto fin1 = ws.read_until(event_named("turn.finished", t1));
+    BOOST_TEST(fin1.at("data").at("status").as_string() == "stopped");
+    auto reply = ws.read_until(frame_type("reply"));
+    BOOST_TEST(string_at(reply, "turn_id") == t2);
+    BOOST_TEST(string_at(reply, "text") == "interrupted you");
+}
+
+BOOST_AUTO_TEST_CASE(collect_through_the_websocket_channel) {
+    model_daemon d({}, false, {}, mode("collect"));
+    d.model.push(fake_reply::completion("first").after(std::chrono::milliseconds(600)));
+    d.model.push(fake_reply::completion("both at once"));
+    ws_client ws(d.daemon->host(), d.daemon->port());
+    ws.send({{"type", "message"}, {"session", "wc"}, {"text", "one"}, {"id", "1"}});
+    auto t1 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    ws.read_until(event_named("model.call", t1));
+    ws.send({{"type", "message"}, {"session", "wc"}, {"text", "two"}, {"id", "2"}});
+    ws.send({{"type", "message"}, {"session", "wc"}, {"text", "three"}, {"id", "3"}});
+    auto t2 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    auto t3 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    ws.read_until(event_named("turn.finished", t2));
+    auto fin3 = ws.read_until(event_named("turn.finished", t3));
+    BOOST_TEST(fin3.at("data").at("reply").as_string() == "both at once");
+    BOOST_TEST(d.model.requests().size() == 2u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

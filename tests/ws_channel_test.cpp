@@ -1,0 +1,191 @@
+// The WebSocket channel (API.md "WebSocket channel: GET /v1/ws") through a real connection to the
+// daemon: messages, events and replies, acks and re-sends after a reconnect, bad frames that leave
+// the connection usable, the frame size limit (1009), and the connection limit (503).
+#include "tests/model_daemon.hpp"
+#include "tests/ws_client.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <thread>
+
+using namespace baton::test;
+
+namespace {
+
+std::unique_ptr<ws_client> open_ws(const daemon_fixture& d) {
+    return std::make_unique<ws_client>(d.daemon->host(), d.daemon->port());
+}
+
+json::object message(std::string session, std::string text, std::string id) {
+    return {{"type", "message"}, {"session", std::move(session)}, {"text", std::move(text)}, {"id", std::move(id)}};
+}
+
+std::string error_code_of(const json::object& f) {
+    return string_at(f, "code");
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(ws_channel)
+
+BOOST_AUTO_TEST_CASE(a_message_is_accepted_streams_its_events_and_gets_an_acked_reply) {
+    model_daemon d(json::object{}, true);
+    d.model.push(fake_reply::stream_text({"hello ", "there"}));
+    auto ws = open_ws(d);
+    ws->send(message("w1", "hi", "c-1"));
+    auto acc = ws->read_until(frame_type("accepted"));
+    BOOST_TEST(string_at(acc, "id") == "c-1");
+    BOOST_TEST(string_at(acc, "session") == "w1");
+    auto tid = string_at(acc, "turn_id");
+    BOOST_TEST_REQUIRE(!tid.empty());
+    auto reply = ws->read_until(frame_type("reply"));
+    BOOST_TEST(string_at(reply, "text") == "hello there");
+    BOOST_TEST(string_at(reply, "turn_id") == tid);
+    BOOST_TEST(string_at(reply, "session") == "w1");
+    BOOST_TEST(reply.at("uncertain").as_bool() == false);
+    auto key = string_at(reply, "key");
+    BOOST_TEST_REQUIRE(!key.empty());
+    ws->read_until(event_named("turn.finished", tid));
+    // The events came with the turn id and increasing seqs; the text streamed as deltas.
+    std::int64_t last = 0;
+    std::string streamed;
+    for (const auto& f : ws->seen) {
+        if (string_at(f, "type") != "event") continue;
+        BOOST_TEST(string_at(f, "turn_id") == tid);
+        BOOST_TEST(int_at(f, "seq") > last);
+        last = int_at(f, "seq");
+        if (string_at(f, "event") == "model.delta") streamed += f.at("data").at("text").as_string();
+    }
+    BOOST_TEST(streamed == "hello there");
+    // Until acked, the reply is pending in the outbox; the ack delivers it.
+    auto pending = d.request("GET", "/v1/outbox?status=pending");
+    BOOST_TEST(pending.body.find(key) != std::string::npos, pending.body);
+    ws->send({{"type", "ack"}, {"key", key}});
+    ws->barrier();
+    pending = d.request("GET", "/v1/outbox?status=pending");
+    BOOST_TEST(pending.body.find(key) == std::string::npos, pending.body);
+    auto all = d.request("GET", "/v1/outbox");
+    const auto& items = body_object(all).at("items").as_array();
+    BOOST_TEST_REQUIRE(items.size() == 1u);
+    BOOST_TEST(items[0].at("status").as_string() == "delivered");
+    BOOST_TEST(items[0].at("channel").as_string() == "ws");
+    BOOST_TEST(items[0].at("turn_id").as_string() == tid);
+    // The turn record agrees.
+    BOOST_TEST(d.wait_for_turn(tid).at("reply").as_string() == "hello there");
+}
+
+BOOST_AUTO_TEST_CASE(an_unacked_reply_is_sent_again_with_the_same_key_after_a_reconnect) {
+    model_daemon d;
+    d.model.push(fake_reply::completion("while you were away").after(std::chrono::milliseconds(500)));
+    std::string tid;
+    {
+        auto ws = open_ws(d);
+        ws->send(message("w2", "hello?", "c-1"));
+        tid = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+        ws->drop(); // the network goes away before the reply
+    }
+    d.wait_for_turn(tid);
+    auto again = open_ws(d);
+    again->send({{"type", "subscribe"}, {"session", "w2"}});
+    auto r1 = again->read_until(frame_type("reply"));
+    BOOST_TEST(string_at(r1, "text") == "while you were away");
+    BOOST_TEST(string_at(r1, "turn_id") == tid);
+    auto key = string_at(r1, "key");
+    // Not acked yet: a second connection subscribing gets the same item under the same key.
+    auto other = open_ws(d);
+    other->send({{"type", "subscribe"}, {"session", "w2"}});
+    BOOST_TEST(string_at(other->read_until(frame_type("reply")), "key") == key);
+    other->send({{"type", "ack"}, {"key", key}});
+    other->barrier();
+    // Acked: a later subscriber gets nothing again.
+    auto later = open_ws(d);
+    later->send({{"type", "subscribe"}, {"session", "w2"}});
+    later->barrier();
+    for (const auto& f : later->seen)
+        BOOST_TEST(string_at(f, "type") != "reply", json::serialize(f));
+}
+
+BOOST_AUTO_TEST_CASE(bad_frames_get_an_error_frame_and_the_connection_stays_usable) {
+    model_daemon d;
+    auto ws = open_ws(d);
+    ws->send_text("this is not json");
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_json");
+    ws->send_text("[1, 2, 3]");
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_json");
+    ws->send({{"type", "dance"}, {"id", "x-1"}});
+    auto unknown = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(unknown) == "invalid_request");
+    BOOST_TEST(string_at(unknown, "id") == "x-1");
+    BOOST_TEST(!string_at(unknown, "message").empty());
+    ws->send({{"type", "message"}, {"session", "w3"}, {"id", "m-1"}}); // no text
+    auto no_text = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(no_text) == "invalid_request");
+    BOOST_TEST(string_at(no_text, "id") == "m-1");
+    ws->send(message("bad session id!", "hi", "m-2"));
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
+    ws->send_binary("\x01\x02");
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
+    ws->send({{"type", "ack"}, {"key", "ob_nope"}});
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "not_found");
+    ws->send({{"type", "cancel"}, {"turn_id", "t_01m8p3g4mhdmdqxn8qwp6jwrbk"}});
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "not_found");
+    // Still usable.
+    ws->barrier();
+    d.model.push(fake_reply::completion("still here"));
+    ws->send(message("w3", "are you there?", "m-3"));
+    BOOST_TEST(string_at(ws->read_until(frame_type("reply")), "text") == "still here");
+}
+
+BOOST_AUTO_TEST_CASE(a_frame_over_the_limit_closes_with_1009_and_the_daemon_goes_on) {
+    model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_frame_bytes", 1024}}}}}});
+    auto ws = open_ws(d);
+    ws->try_send_text(json::serialize(message("w4", std::string(4096, 'a'), "big")));
+    BOOST_TEST(!ws->read().has_value());
+    BOOST_TEST(ws->close_code() == 1009);
+    auto again = open_ws(d);
+    again->barrier();
+    BOOST_TEST(d.request("GET", "/healthz").status == 200u);
+}
+
+BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
+    model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_connections", 1}}}}}});
+    auto first = open_ws(d);
+    first->barrier();
+    auto c = d.connect();
+    auto r = c.request("GET", "/v1/ws", {},
+                       {{"Upgrade", "websocket"},
+                        {"Connection", "Upgrade"},
+                        {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                        {"Sec-WebSocket-Version", "13"}});
+    check_error(r, 503, "overloaded");
+    // A plain GET is told to upgrade.
+    auto plain = d.request("GET", "/v1/ws");
+    BOOST_TEST(plain.status == 426u);
+    // When the first one leaves, there is room again.
+    first.reset();
+    for (int i = 0; i < 100; ++i) {
+        auto probe = d.connect();
+        auto pr = probe.request("GET", "/v1/ws", {},
+                                {{"Upgrade", "websocket"},
+                                 {"Connection", "Upgrade"},
+                                 {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                                 {"Sec-WebSocket-Version", "13"}});
+        if (pr.status == 101u) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    BOOST_FAIL("no room for a new WebSocket connection after the first one closed");
+}
+
+BOOST_AUTO_TEST_CASE(cancel_over_websocket_stops_the_running_turn) {
+    model_daemon d;
+    d.model.push(fake_reply::completion("too late").after(std::chrono::milliseconds(3000)));
+    auto ws = open_ws(d);
+    ws->send(message("w5", "slow one", "c-1"));
+    auto tid = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+    ws->read_until(event_named("model.call", tid));
+    ws->send({{"type", "cancel"}, {"turn_id", tid}});
+    auto fin = ws->read_until(event_named("turn.finished", tid));
+    BOOST_TEST(fin.at("data").at("status").as_string() == "stopped");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
