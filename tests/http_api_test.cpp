@@ -220,6 +220,16 @@ BOOST_FIXTURE_TEST_CASE(health_and_readiness_answer_ok, daemon_fixture) {
     }
 }
 
+BOOST_FIXTURE_TEST_CASE(root_serves_the_web_chat_page, daemon_fixture) {
+    auto r = request("GET", "/?session=s1");
+    BOOST_TEST(r.status == 200u);
+    BOOST_TEST(r.header("Content-Type").value_or("") == "text/html; charset=utf-8");
+    BOOST_TEST(r.body.starts_with("<!doctype html>"));
+    // The page is a client of the WebSocket channel, on the same host.
+    BOOST_TEST(r.body.find("/v1/ws") != std::string::npos);
+    BOOST_TEST(r.body.find("</html>") != std::string::npos);
+}
+
 BOOST_FIXTURE_TEST_CASE(unknown_path_is_404, daemon_fixture) {
     for (const char* target : {"/v1/nope", "/v2/turns/x", "/v1", "/v1/sessions/s1/messages/extra"})
         BOOST_TEST_CONTEXT(target) {

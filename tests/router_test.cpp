@@ -28,6 +28,17 @@ BOOST_AUTO_TEST_CASE(routes_and_parameters) {
     BOOST_TEST((match_route("GET", "/v1/turns/t_x/").id == route_id::get_turn));
 }
 
+BOOST_AUTO_TEST_CASE(root_is_the_web_page) {
+    BOOST_TEST((match_route("GET", "/").id == route_id::web_page));
+    // The page reads its session from the query or the fragment: still the same page.
+    auto m = match_route("GET", "/?session=s1");
+    BOOST_TEST((m.id == route_id::web_page));
+    BOOST_TEST(m.query == "session=s1");
+    m = match_route("POST", "/");
+    BOOST_TEST((m.error == errc::method_not_allowed));
+    BOOST_TEST(m.allow == "GET");
+}
+
 BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
     auto m = match_route("GET", "/v1/nothing");
     BOOST_TEST((m.error == errc::not_found));

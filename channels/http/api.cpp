@@ -1,5 +1,6 @@
 #include "channels/http/api.hpp"
 #include "channels/http/router.hpp"
+#include "channels/web/page.hpp"
 
 #include <baton/log.hpp>
 
@@ -85,6 +86,12 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     case route_id::readyz:
         if (ready_()) co_return json_reply(200, json::object{{"status", "ok"}});
         co_return error_reply(errc::draining, "not ready: starting or draining");
+    case route_id::web_page: {
+        reply r;
+        r.body = std::string(web::chat_page());
+        r.content_type = "text/html; charset=utf-8";
+        co_return r;
+    }
     case route_id::none:
         break;
     }

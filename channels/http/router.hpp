@@ -22,7 +22,8 @@ enum class route_id {
     readyz,
     turn_events,
     websocket,
-    list_outbox
+    list_outbox,
+    web_page
 };
 
 struct route_match {
