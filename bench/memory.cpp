@@ -1,7 +1,7 @@
 // `baton-bench memory`: the real daemon's memory. Starts `baton serve` on 127.0.0.1:0 with a temp
 // data dir, measures its idle RSS, then the RSS per idle session (one message posted to each of N
 // sessions, all turns finished) and per open WebSocket connection to /v1/ws (M of them; reported as
-// not available while the daemon refuses the upgrade). Stops the daemon it started with SIGTERM.
+// not available if the daemon refuses the upgrade). Stops the daemon it started with SIGTERM.
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
 #include "bench/net.hpp"
