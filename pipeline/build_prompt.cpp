@@ -28,7 +28,7 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
         auto entry = make_message("user", m.text);
         entry.turn_id = m.turn_id;
         ctx.new_entries.push_back(std::move(entry));
-        p.messages.push_back({"user", m.text});
+        p.messages.push_back({"user", m.text, {}, {}});
     }
     co_return p;
 }

@@ -160,8 +160,12 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     // (the agent loop calls this on the session's strand).
     auto folded = std::make_shared<std::vector<turn_record>>(std::move(collected));
     if (ag && ag->config.admission.mode == admission_mode::steer) {
-        progress->take_steering = [this, a, folded, entry, agent = rec.agent] {
+        // Weak: the progress holds this function, and the running entry holds the progress.
+        std::weak_ptr<running_turn> carrier = entry;
+        progress->take_steering = [this, a, folded, carrier, agent = rec.agent] {
             std::vector<steered_message> out;
+            auto entry = carrier.lock();
+            if (!entry) return out;
             for (auto& r : actors.take_ready(*a, agent)) {
                 fold(r, entry);
                 out.push_back({r.turn_id, r.input.text});
