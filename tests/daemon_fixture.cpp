@@ -569,10 +569,10 @@ http_response daemon_fixture::post_message(std::string_view sid, std::string_vie
                    headers);
 }
 
-json::object daemon_fixture::wait_for_turn(std::string_view tid,
-                                           const std::vector<std::string>& until) const {
+json::object daemon_fixture::wait_for_turn(std::string_view tid, const std::vector<std::string>& until,
+                                           std::chrono::milliseconds limit) const {
     const std::string target = "/v1/turns/" + std::string(tid);
-    auto deadline = steady::now() + 10s;
+    auto deadline = steady::now() + limit;
     http_response last;
     for (;;) {
         last = request("GET", target);
@@ -585,7 +585,8 @@ json::object daemon_fixture::wait_for_turn(std::string_view tid,
         if (steady::now() >= deadline) break;
         std::this_thread::sleep_for(10ms);
     }
-    BOOST_FAIL("turn " << tid << " did not reach the expected status within 10 s; last answer: "
+    BOOST_FAIL("turn " << tid << " did not reach the expected status within " << limit.count()
+                       << " ms; last answer: "
                        << last.status << " " << last.body);
     return {};
 }

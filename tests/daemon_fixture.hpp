@@ -235,10 +235,11 @@ struct daemon_fixture {
     // POST /v1/sessions/{sid}/messages with {"text": text}.
     http_response post_message(std::string_view sid, std::string_view text,
                                const header_list& headers = {}) const;
-    // Polls GET /v1/turns/{tid} every 10 ms up to 10 s until its status is one of `until`; fails the
+    // Polls GET /v1/turns/{tid} every 10 ms up to `limit` until its status is one of `until`; fails the
     // test otherwise. Returns the last turn record.
     json::object wait_for_turn(std::string_view tid,
-                               const std::vector<std::string>& until = terminal_statuses()) const;
+                               const std::vector<std::string>& until = terminal_statuses(),
+                               std::chrono::milliseconds limit = 10s) const;
 };
 
 } // namespace baton::test

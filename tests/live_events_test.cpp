@@ -190,15 +190,18 @@ BOOST_AUTO_TEST_CASE(a_live_stream_follows_the_turn_and_sends_heartbeats_while_i
 }
 
 BOOST_AUTO_TEST_CASE(a_reader_that_does_not_read_never_slows_the_turn) {
-    model_daemon d(json::object{}, true, {}, {}, stream_config({{"events_per_turn", 64}}));
-    // ~4 MB of deltas: far more than the socket buffers of a reader that does not read.
-    std::vector<std::string> deltas(2000, std::string(2000, 'z'));
+    // A 20 MB stream takes seconds under the sanitizers: a model timeout to match.
+    model_daemon d(json::object{}, true, {}, json::object{{"model", {{"timeout_ms", 120000}}}},
+                   stream_config({{"events_per_turn", 64}}));
+    // ~20 MB of deltas: far more than the socket buffers (both ends, autotuned) of a reader that
+    // does not read.
+    std::vector<std::string> deltas(10000, std::string(2000, 'z'));
     d.model.push(fake_reply::stream_text(deltas, 64 * 1024));
     d.model.push(fake_reply::completion("second"));
     auto tid = d.post("flood");
-    auto stalled = d.connect(std::chrono::milliseconds(20000));
+    auto stalled = d.connect(std::chrono::seconds(100));
     BOOST_TEST_REQUIRE(stalled.write(format_request("GET", "/v1/turns/" + tid + "/events")));
-    auto t = d.wait_for_turn(tid);
+    auto t = d.wait_for_turn(tid, terminal_statuses(), std::chrono::seconds(100));
     BOOST_TEST(t.at("status").as_string() == "completed");
     // The session goes on as usual while that reader still has not read.
     auto t2 = d.wait_for_turn(d.post("next"));

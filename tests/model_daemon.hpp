@@ -27,8 +27,15 @@ struct model_daemon : daemon_fixture {
                            {"instructions", json::array{"You are a test agent."}},
                            {"tools", std::move(allowed)},
                            {"limits", std::move(limits)}};
-        for (auto& kv : agent_extra)
+        for (auto& kv : agent_extra) {
+            // "model" keys are merged into the model object (e.g. a longer timeout_ms).
+            if (kv.key() == "model" && kv.value().is_object()) {
+                for (auto& m : kv.value().get_object())
+                    agent["model"].as_object()[m.key()] = m.value();
+                continue;
+            }
             agent[kv.key()] = kv.value();
+        }
         json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
                          {"agents", {{"default", std::move(agent)}}},
                          {"tools", std::move(tools)}};
