@@ -50,22 +50,12 @@ turn_log::read_result turn_log::read_after(std::int64_t after, std::size_t max,
     return r;
 }
 
-bool turn_log::finished() const {
-    std::lock_guard lock(mutex_);
-    return finished_ != nullptr;
-}
-
 void turn_log::compact() {
     std::lock_guard lock(mutex_);
     if (events_.size() > capacity_)
         events_.erase(events_.begin(),
                       events_.end() - static_cast<std::ptrdiff_t>(capacity_));
     events_.shrink_to_fit();
-}
-
-std::int64_t turn_log::last_seq() const {
-    std::lock_guard lock(mutex_);
-    return next_seq_ - 1;
 }
 
 event_hub::event_hub(event_hub_options opts) : opts_(opts) {}

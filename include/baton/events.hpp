@@ -58,8 +58,6 @@ public:
     // it must only post); a later read or publish drops it.
     read_result read_after(std::int64_t after, std::size_t max, std::function<void()> wake = {});
 
-    bool finished() const;
-    std::int64_t last_seq() const;
     // Once finished: gives back the memory a long turn's buffer no longer needs.
     void compact();
 
