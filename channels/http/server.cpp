@@ -268,10 +268,18 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         std::string turn_id, query;
         auto kind = classify(req, turn_id, query);
         if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
+            auto slot = self->ws->try_open();
+            if (!slot) {
+                // The and API's word for a full channel: 503 at the upgrade.
+                auto r = http::error_reply(errc::overloaded, "too many WebSocket connections");
+                r.status = 503;
+                co_await self->write(stream, req.version(), false, std::move(r));
+                break;
+            }
             // The connection belongs to the WebSocket channel from here on; this coroutine (and
             // its buffers) ends now, so that an idle WebSocket costs only what it needs itself.
             auto ex = stream.get_executor();
-            asio::co_spawn(ex, ws::serve(*self->ws, std::move(stream), parser.release()),
+            asio::co_spawn(ex, ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release()),
                            log::spawn_logger{"ws connection"});
             co_return;
         }

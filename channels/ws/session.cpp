@@ -255,22 +255,8 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
 }
 } // namespace
 
-asio::awaitable<void> serve(channel& ch, beast::tcp_stream stream, bhttp::request<bhttp::string_body> req) {
-    auto slot = ch.try_open();
-    if (!slot) {
-        bhttp::response<bhttp::string_body> res{bhttp::status::service_unavailable, req.version()};
-        res.set(bhttp::field::server, "baton");
-        res.set(bhttp::field::content_type, "application/json");
-        res.set(bhttp::field::retry_after, "1");
-        res.body() = R"({"error":{"code":"overloaded","message":"too many WebSocket connections"}})";
-        res.keep_alive(false);
-        res.prepare_payload();
-        stream.expires_after(std::chrono::seconds(10));
-        co_await bhttp::async_write(stream, res, use_tuple);
-        boost::system::error_code ignored;
-        stream.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-        co_return;
-    }
+asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream,
+                            bhttp::request<bhttp::string_body> req) {
     auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream));
     if (!co_await s->accept(std::move(req))) co_return;
     // This coroutine ends here, with the upgrade request it holds.

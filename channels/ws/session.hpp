@@ -11,9 +11,10 @@
 
 namespace baton::ws {
 
-// Answers 503 when the channel is full; otherwise accepts the upgrade and runs one reader and one
-// writer coroutine until the connection ends. Cancellation: closing the socket (channel::stop).
-asio::awaitable<void> serve(channel& ch, boost::beast::tcp_stream stream,
+// Accepts the upgrade on a connection slot taken with channel::try_open, then reads frames (and
+// writes, while there is something to send) until the connection ends.
+// Cancellation: closing the socket (channel::stop).
+asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, boost::beast::tcp_stream stream,
                             boost::beast::http::request<boost::beast::http::string_body> req);
 
 } // namespace baton::ws
