@@ -6,11 +6,9 @@
 
 namespace baton::ws {
 
-namespace {
-json::value id_value(std::string_view id) {
+json::value frame_id(std::string_view id) {
     return id.empty() ? json::value(nullptr) : json::value(json::string(id));
 }
-} // namespace
 
 std::string reply_frame(const outbox_item& item) {
     return json::serialize(json::object{{"type", "reply"},
@@ -23,7 +21,7 @@ std::string reply_frame(const outbox_item& item) {
 
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
     return json::serialize(json::object{
-        {"type", "error"}, {"id", id_value(id)}, {"code", code}, {"message", message}});
+        {"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
 }
 
 channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {}

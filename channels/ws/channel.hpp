@@ -87,6 +87,8 @@ private:
 
 // {"type":"reply","session","turn_id","key","text","uncertain"}
 std::string reply_frame(const outbox_item& item);
+// A client frame's "id" as echoed back: null when the frame had none.
+json::value frame_id(std::string_view id);
 // {"type":"error","id","code","message"} (id null when the frame had none)
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
 

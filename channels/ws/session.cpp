@@ -249,7 +249,7 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
     }
     const auto& ok = std::get<accepted>(result);
     send(json::serialize(json::object{{"type", "accepted"},
-                                      {"id", id.empty() ? json::value(nullptr) : json::value(id)},
+                                      {"id", frame_id(id)},
                                       {"turn_id", ok.turn_id},
                                       {"session", sid}}));
 }
