@@ -12,6 +12,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -64,6 +65,9 @@ struct runtime::impl {
     std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
     std::vector<std::function<void(const turn_record&)>> observers;
+    std::map<std::string, route_check, std::less<>> routes; // written before accept() runs
+
+    std::optional<api_error> check_deliver(const json::value& deliver) const;
 
     void kick(const std::shared_ptr<session_actor>& a);
     asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a);
@@ -88,6 +92,30 @@ runtime::~runtime() = default;
 
 std::size_t runtime::live_sessions() const {
     return impl_->actors.live_sessions();
+}
+
+void runtime::add_route(std::string channel, route_check check) {
+    impl_->routes[std::move(channel)] = std::move(check);
+}
+
+std::optional<api_error> runtime::impl::check_deliver(const json::value& deliver) const {
+    const auto* d = deliver.if_object();
+    if (!d) return std::nullopt;
+    std::string_view channel, to;
+    if (auto* c = d->if_contains("channel"); c && c->is_string()) channel = c->get_string();
+    if (auto* t = d->if_contains("to"); t && t->is_string()) to = t->get_string();
+    if (channel == "http") return std::nullopt;
+    auto it = routes.find(channel);
+    if (it == routes.end()) {
+        std::string known = "http";
+        for (const auto& [name, check] : routes)
+            known += ", " + name;
+        return api_error{errc::invalid_request, "deliver.channel: unknown channel \"" +
+                                                    std::string(channel) + "\" (configured: " + known +
+                                                    ")"};
+    }
+    if (auto why = it->second(to)) return api_error{errc::invalid_request, "deliver.to: " + *why};
+    return std::nullopt;
 }
 
 void runtime::on_turn_finished(std::function<void(const turn_record&)> f) {
@@ -297,6 +325,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (draining()) co_return api_error{errc::draining, "the daemon is shutting down"};
     const agent* ag = fw_.find_agent(req.agent);
     if (!ag) co_return api_error{errc::invalid_request, "unknown agent: " + req.agent};
+    if (auto bad = impl_->check_deliver(req.deliver)) co_return std::move(*bad);
 
     turn_record rec;
     rec.turn_id = make_turn_id();

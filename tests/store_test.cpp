@@ -464,6 +464,30 @@ BOOST_DATA_TEST_CASE(outbox_items_are_stored_once_and_listed_in_order, bdata::ma
     auto unknown = make_item("s9", "t_9", "ws", 0);
     BOOST_TEST(!f.s->update_outbox(unknown));
     BOOST_TEST(!f.s->get_outbox(unknown.key).has_value());
+
+    // A retry waiting out its backoff keeps when and why.
+    c.status = outbox_status::pending;
+    c.attempts = 2;
+    c.next_attempt_at = 1'700'000'025'000;
+    c.last_error = "HTTP 503";
+    BOOST_TEST(f.s->update_outbox(c));
+    auto back = f.s->get_outbox(c.key);
+    BOOST_TEST(back->next_attempt_at == 1'700'000'025'000);
+    BOOST_TEST(back->last_error == "HTTP 503");
+    c.last_error.clear();
+    c.status = outbox_status::delivered;
+    BOOST_TEST(f.s->update_outbox(c));
+    BOOST_TEST(f.s->get_outbox(c.key)->last_error.empty());
+}
+
+BOOST_DATA_TEST_CASE(cursors_are_kept_by_name, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    BOOST_TEST(!f.s->get_cursor("telegram.offset").has_value());
+    f.s->set_cursor("telegram.offset", "41");
+    f.s->set_cursor("schedule:a", "1700000000000");
+    f.s->set_cursor("telegram.offset", "42");
+    BOOST_TEST(f.s->get_cursor("telegram.offset").value_or("") == "42");
+    BOOST_TEST(f.s->get_cursor("schedule:a").value_or("") == "1700000000000");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -540,6 +564,12 @@ BOOST_AUTO_TEST_CASE(data_survives_close_and_reopen) {
     BOOST_TEST(more.entries[0].id == 4);
     BOOST_TEST(
         (s->insert_turn(make_turn("t_3", "s1"), {"key", "fp"}).outcome == insert_outcome::replayed));
+}
+
+BOOST_AUTO_TEST_CASE(cursors_survive_close_and_reopen) {
+    temp_dir dir;
+    open_store("sqlite", dir)->set_cursor("telegram.offset", "977");
+    BOOST_TEST(open_store("sqlite", dir)->get_cursor("telegram.offset").value_or("") == "977");
 }
 
 BOOST_AUTO_TEST_CASE(schema_version_and_wal_are_set) {

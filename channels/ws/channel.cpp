@@ -24,7 +24,10 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
         {"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
 }
 
-channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {}
+channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {
+    // A ws reply goes to whoever follows its session: there is no recipient to name.
+    rt_.add_route("ws", [](std::string_view) { return std::optional<std::string>(); });
+}
 
 channel::~channel() {
     stop();

@@ -89,6 +89,13 @@ public:
     // Session actors in memory (busy or with queued messages); idle ones are evicted.
     std::size_t live_sessions() const;
 
+    // The channels a message may ask to be delivered through (`deliver.channel`). "http" is always
+    // one (its reply is the turn record). `check(to)` says why a recipient is unknown (nullopt:
+    // fine). accept() refuses other channels and unknown recipients with invalid_request.
+    // Register before messages arrive.
+    using route_check = std::function<std::optional<std::string>(std::string_view to)>;
+    void add_route(std::string channel, route_check check);
+
     // Called (on the session's strand) after a turn's final record is stored.
     void on_turn_finished(std::function<void(const turn_record&)> f);
 

@@ -67,7 +67,8 @@ public:
 
     // The outbox. add_outbox stores a new item; false (and nothing changed) when its key exists.
     virtual bool add_outbox(const outbox_item& item) = 0;
-    // Writes an item's status, attempts and uncertain flag (updated_at = now); false when unknown.
+    // Writes an item's status, attempts, uncertain flag, next_attempt_at and last_error
+    // (updated_at = now); false when the key is unknown.
     virtual bool update_outbox(const outbox_item& item) = 0;
     virtual std::optional<outbox_item> get_outbox(const std::string& key) = 0;
     // Items in creation order, filtered (empty filter fields match everything): `statuses` any of
@@ -80,6 +81,11 @@ public:
         std::size_t limit = 1000;
     };
     virtual std::vector<outbox_item> list_outbox(const outbox_filter& f) = 0;
+
+    // Channel cursors: small named values a channel must keep across restarts (the Telegram
+    // update offset, a schedule's last fire). nullopt when never set.
+    virtual std::optional<std::string> get_cursor(const std::string& name) = 0;
+    virtual void set_cursor(const std::string& name, const std::string& value) = 0;
 
     // Group commit (the store runner's): calls between begin_batch() and end_batch() share one
     // transaction, each still all-or-nothing on its own; end_batch() commits them together and

@@ -112,6 +112,8 @@ struct outbox_item {
     bool uncertain = false;
     time_ms created_at = 0;
     time_ms updated_at = 0;
+    time_ms next_attempt_at = 0; // a pending item waiting out its backoff is not sent before this
+    std::string last_error;      // why the last attempt did not deliver (empty: none)
 };
 // The listing shape of GET /v1/outbox.
 json::object to_json(const outbox_item& o);

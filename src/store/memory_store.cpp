@@ -169,8 +169,22 @@ public:
         it->second.status = item.status;
         it->second.attempts = item.attempts;
         it->second.uncertain = item.uncertain;
+        it->second.next_attempt_at = item.next_attempt_at;
+        it->second.last_error = item.last_error;
         it->second.updated_at = now_ms();
         return true;
+    }
+
+    std::optional<std::string> get_cursor(const std::string& name) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        auto it = cursors_.find(name);
+        if (it == cursors_.end()) return std::nullopt;
+        return it->second;
+    }
+
+    void set_cursor(const std::string& name, const std::string& value) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        cursors_[name] = value;
     }
 
     std::optional<outbox_item> get_outbox(const std::string& key) override {
@@ -239,6 +253,7 @@ private:
     std::int64_t next_seq_ = 1;
     std::unordered_map<std::string, outbox_item> outbox_;
     std::vector<std::string> outbox_order_; // creation order
+    std::unordered_map<std::string, std::string> cursors_;
 };
 
 } // namespace

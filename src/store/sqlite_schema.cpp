@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 2> migrations{
+constexpr std::array<std::string_view, 3> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -83,6 +83,14 @@ CREATE TABLE outbox (
 );
 -- What is still to deliver, per channel and session, in creation order.
 CREATE INDEX outbox_open ON outbox(channel, session_id, seq) WHERE status IN ('pending', 'sending');
+)sql",
+    // 3: channel cursors (Telegram's update offset, schedules' last fires).
+    R"sql(
+CREATE TABLE cursors (
+    name       TEXT PRIMARY KEY NOT NULL,
+    value      TEXT NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
 )sql",
 };
 

@@ -78,7 +78,8 @@ const std::string turn_columns =
 const std::string tape_columns = "id, kind, payload, created_at, turn_id";
 
 const std::string outbox_columns = "key, turn_id, session_id, channel, recipient, idx, text, status, "
-                                   "attempts, uncertain, created_at, updated_at";
+                                   "attempts, uncertain, created_at, updated_at, next_attempt_at, "
+                                   "coalesce(last_error, '')";
 
 // Every statement the store runs, prepared once when the store opens.
 struct statements {
@@ -121,7 +122,12 @@ struct statements {
                          "status, attempts, uncertain, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, "
                          "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11) ON CONFLICT (key) DO NOTHING"),
           update_outbox(db, "UPDATE outbox SET status = ?2, attempts = ?3, uncertain = ?4, "
-                            "updated_at = ?5 WHERE key = ?1"),
+                            "updated_at = ?5, next_attempt_at = ?6, last_error = nullif(?7, '') "
+                            "WHERE key = ?1"),
+          get_cursor(db, "SELECT value FROM cursors WHERE name = ?1"),
+          set_cursor(db, "INSERT INTO cursors (name, value, updated_at) VALUES (?1, ?2, ?3) "
+                         "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
+                         "updated_at = excluded.updated_at"),
           get_outbox(db, "SELECT " + outbox_columns + " FROM outbox WHERE key = ?1"),
           // Empty filter values match everything; ?4 is a list like ",pending,sending,".
           list_outbox(db, "SELECT " + outbox_columns +
@@ -138,6 +144,7 @@ struct statements {
     statement ensure_session, tape_next, append_tape, update_session;
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
     statement add_outbox, update_outbox, get_outbox, list_outbox, open_outbox;
+    statement get_cursor, set_cursor;
 };
 
 // A group commit in progress (store_runner): calls run as savepoints of one open transaction.
@@ -243,6 +250,8 @@ outbox_item read_outbox(const query& q) {
     o.uncertain = q.int64(9) != 0;
     o.created_at = q.int64(10);
     o.updated_at = q.int64(11);
+    o.next_attempt_at = q.int64(12);
+    o.last_error = q.text(13);
     return o;
 }
 
@@ -442,9 +451,25 @@ public:
                            .bind(3, o.attempts)
                            .bind(4, std::int64_t{o.uncertain})
                            .bind(5, now_ms())
+                           .bind(6, o.next_attempt_at)
+                           .bind(7, o.last_error)
                            .run();
         tx.commit();
         return changed > 0;
+    }
+
+    std::optional<std::string> get_cursor(const std::string& name) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.get_cursor);
+        if (!q.bind(1, name).step()) return std::nullopt;
+        return q.text(0);
+    }
+
+    void set_cursor(const std::string& name, const std::string& value) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_, batch_);
+        query(st_.set_cursor).bind(1, name).bind(2, value).bind(3, now_ms()).run();
+        tx.commit();
     }
 
     std::optional<outbox_item> get_outbox(const std::string& key) override {
