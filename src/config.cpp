@@ -2,6 +2,9 @@
 
 #include "config_walk.hpp"
 
+#include <baton/cron.hpp>
+#include <baton/types.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -278,19 +281,47 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, cha
     }
 }
 
+// Schedule names go into idempotency keys ("schedule <name> <ms>") and cursor names.
+bool is_schedule_name(std::string_view s) {
+    return !s.empty() && s.size() <= 64 && detail::is_session_id(s);
+}
+
 void read_schedule(config_errors& e, const json::value& v, std::string path, const config& cfg,
                    schedule_config& out) {
-    object_reader o(e, v, std::move(path), {"every_ms", "cron", "session", "agent", "text"});
+    object_reader o(e, v, std::move(path), {"name", "every_ms", "cron", "session", "agent", "text"});
     if (!o) return;
+    if (o.read("name", out.name) && !is_schedule_name(out.name))
+        o.fail("name", "expected 1-64 characters of [A-Za-z0-9._:@-]");
     if (o.has("every_ms") == o.has("cron")) o.fail("", "expected exactly one of every_ms, cron");
     std::int64_t every = 0;
     if (o.read("every_ms", every, 1)) out.every_ms = every;
-    o.read_text("cron", out.cron);
+    if (o.read_text("cron", out.cron)) {
+        if (auto parsed = parse_cron(out.cron); !parsed)
+            o.fail("cron", parsed.error());
+        else if (!can_ever_fire(*parsed))
+            o.fail("cron", "never fires (no selected month has the selected day of month)");
+    }
     if (o.require("session") && o.read("session", out.session) && !detail::is_session_id(out.session))
         o.fail("session", "expected 1-128 characters of [A-Za-z0-9._:@-]");
     if (o.read("agent", out.agent) && cfg.agents.count(out.agent) == 0)
         o.fail("agent", "unknown agent \"" + out.agent + "\"");
     if (o.require("text")) o.read_text("text", out.text);
+}
+
+// Gives unnamed schedules their derived name, then checks that every name is unique.
+void name_schedules(config_errors& e, const std::string& path, std::vector<schedule_config>& all) {
+    for (std::size_t i = 0; i < all.size(); ++i) {
+        auto& s = all[i];
+        if (!s.name.empty()) continue;
+        std::string spec = s.every_ms ? "every_ms " + std::to_string(*s.every_ms) : "cron " + s.cron;
+        auto hash = sha256_hex(spec + "\n" + s.session + "\n" + s.agent + "\n" + s.text);
+        s.name = "s" + std::to_string(i) + "-" + hash.substr(0, 8);
+    }
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < all.size(); ++i)
+        if (!seen.insert(all[i].name).second)
+            e.push_back({detail::child_path(index_path(path, i), "name"),
+                         "duplicate schedule name \"" + all[i].name + "\""});
 }
 
 void read_channels(config_errors& e, const json::value& v, const config& cfg, channels_config& out) {
@@ -311,6 +342,7 @@ void read_channels(config_errors& e, const json::value& v, const config& cfg, ch
         out.schedules.assign(s->size(), schedule_config{});
         for (std::size_t i = 0; i < s->size(); ++i)
             read_schedule(e, (*s)[i], index_path(o.path("schedules"), i), cfg, out.schedules[i]);
+        name_schedules(e, o.path("schedules"), out.schedules);
     }
 }
 

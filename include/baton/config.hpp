@@ -97,6 +97,9 @@ struct webhook_target {
 };
 
 struct schedule_config {
+    // Unique among the schedules; names its cursor and idempotency keys. When the config gives
+    // none: "s<index>-<8 hex digits of a hash of the spec, session, agent and text>".
+    std::string name;
     std::optional<std::int64_t> every_ms;
     std::string cron;
     std::string session;
