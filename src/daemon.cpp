@@ -8,6 +8,7 @@
 #include <baton/openai_client.hpp>
 #include <baton/runtime.hpp>
 
+#include "channels/schedule/channel.hpp"
 #include "channels/ws/channel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -113,6 +114,9 @@ int run_daemon(const serve_options& opts) {
         websocket = std::make_unique<ws::channel>(rt, wo);
         fw->register_plugin(websocket->make_plugin());
     }
+    std::unique_ptr<schedule::channel> schedules;
+    if (!cfg.channels.schedules.empty())
+        schedules = std::make_unique<schedule::channel>(ioc.get_executor(), rt, cfg.channels.schedules);
     std::atomic<bool> ready{false};
     http_server_options hopts;
     hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
@@ -142,6 +146,8 @@ int run_daemon(const serve_options& opts) {
     }
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
     if (exit_code == 0) {
+        // After recovery, so that a catch-up fire queues behind the turns an earlier process left.
+        if (schedules) schedules->start();
         server.start();
         ready.store(true);
         auto local = server.local_endpoint();
@@ -156,6 +162,7 @@ int run_daemon(const serve_options& opts) {
             [&](const boost::system::error_code& ec, int sig) { stop_signal.set_value(ec ? 0 : sig); });
         int sig = stop_signal.get_future().get();
         log::info("draining", {{"signal", sig}, {"running_turns", rt.running_turns()}});
+        if (schedules) schedules->stop();
         server.stop();
         try {
             asio::co_spawn(ioc, rt.drain(std::chrono::seconds(10)), asio::use_future).get();

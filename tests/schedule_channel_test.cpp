@@ -1,0 +1,444 @@
+// The schedule channel (channels/schedule/): the missed-fire policy as plain numbers (next_fire),
+// the channel in-process on a memory store with an injected clock (cron slots, catch-up, the crash
+// window between accept and cursor write, refusals), and the real daemon through its HTTP API
+// (every_ms turns, one catch-up fire after downtime, no double fire after SIGKILL).
+#include "channels/schedule/channel.hpp"
+#include "tests/daemon_fixture.hpp"
+
+#include <baton/log.hpp>
+#include <baton/model.hpp>
+#include <baton/runtime.hpp>
+#include <baton/store_runner.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/test/unit_test.hpp>
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+using namespace baton;
+using namespace baton::test;
+namespace asio = boost::asio;
+using schedule::next_fire;
+using schedule::timing;
+
+namespace {
+
+time_ms at(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
+    using namespace std::chrono;
+    auto date = sys_days(year(y) / month(mo) / day(d));
+    return duration_cast<milliseconds>((date + hours(h) + minutes(mi) + seconds(s)).time_since_epoch())
+        .count();
+}
+
+// "2026-11-30T12:00:00.000Z" -> ms since the epoch (-1 when malformed).
+time_ms parse_rfc3339(std::string_view s) {
+    int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, ms = 0;
+    if (std::sscanf(std::string(s).c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &y, &mo, &d, &h, &mi, &sec, &ms) !=
+        7)
+        return -1;
+    return at(y, static_cast<unsigned>(mo), static_cast<unsigned>(d), h, mi, sec) + ms;
+}
+
+timing every(std::int64_t ms) {
+    return timing{ms, std::nullopt};
+}
+timing cron_of(std::string_view text) {
+    auto c = parse_cron(text);
+    BOOST_TEST_REQUIRE(c.has_value(), c.error());
+    return timing{std::nullopt, *c};
+}
+
+std::string when(std::optional<time_ms> t) {
+    return t ? format_time(*t) : "never";
+}
+
+// ---- in-process: a runtime on a memory store with the echo model, one thread, bounded runs ----
+
+struct inproc {
+    asio::io_context ctx;
+    store_runner db{std::shared_ptr<store>(make_memory_store())};
+    framework fw{db};
+    runtime rt{ctx.get_executor(), fw};
+    std::vector<std::string> finished; // turn ids, in finishing order
+    std::vector<std::string> log_lines;
+    std::mutex log_mutex;
+
+    explicit inproc(admission_config adm = {}) {
+        agent a;
+        a.config.admission = adm;
+        a.model = make_echo_model();
+        fw.add_agent(a);
+        rt.on_turn_finished([this](const turn_record& r) { finished.push_back(r.turn_id); });
+        log::set_sink([this](std::string_view line) {
+            std::lock_guard lock(log_mutex);
+            log_lines.emplace_back(line);
+        });
+    }
+    ~inproc() { log::set_sink({}); }
+
+    // Runs the io_context until `done()` or `limit`; returns done().
+    template <class P> bool run_until(P done, std::chrono::milliseconds limit = 5s) {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        ctx.restart();
+        while (!done() && std::chrono::steady_clock::now() < deadline)
+            ctx.run_one_for(5ms);
+        return done();
+    }
+    void run_for(std::chrono::milliseconds d) {
+        run_until([] { return false; }, d);
+    }
+    std::optional<std::string> cursor(const std::string& name) {
+        return db.store().get_cursor(schedule::cursor_name(name));
+    }
+    std::int64_t session_turns(const std::string& sid) {
+        auto s = db.store().get_session(sid);
+        return s ? s->turns : 0;
+    }
+    bool logged(std::string_view needle) {
+        std::lock_guard lock(log_mutex);
+        for (const auto& l : log_lines)
+            if (l.find(needle) != std::string::npos) return true;
+        return false;
+    }
+    // Stops the channel and lets its coroutines end.
+    void stop(schedule::channel& ch) {
+        ch.stop();
+        BOOST_TEST(run_until([&] { return ch.running() == 0; }, 2s));
+    }
+};
+
+schedule_config sched(std::string name, std::string session, std::string text) {
+    schedule_config c;
+    c.name = std::move(name);
+    c.session = std::move(session);
+    c.text = std::move(text);
+    return c;
+}
+
+// A clock that reads `fake_start` now and then runs at the real pace.
+schedule::options clock_at(time_ms fake_start) {
+    schedule::options o;
+    time_ms offset = fake_start - now_ms();
+    o.now = [offset] { return now_ms() + offset; };
+    return o;
+}
+
+// ---- against the real daemon ----
+
+struct schedule_daemon : daemon_fixture {
+    explicit schedule_daemon(json::array schedules) : daemon_fixture(deferred{}) {
+        json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
+                         {"agents", {{"default", {{"model", {{"provider", "echo"}}}}}}},
+                         {"channels", {{"schedules", std::move(schedules)}}}};
+        config_path = write_file("baton.json", json::serialize(cfg));
+        start({"--config", config_path.string()});
+    }
+    void restart() { start({"--config", config_path.string()}); }
+
+    std::int64_t turns(std::string_view sid) const {
+        auto r = request("GET", "/v1/sessions/" + std::string(sid));
+        if (r.status == 404) return 0;
+        BOOST_TEST_REQUIRE(r.status == 200u, r.body);
+        return int_at(body_object(r), "turns");
+    }
+    // Polls until the session has at least `n` turns; returns the count (fails past `limit`).
+    std::int64_t wait_turns(std::string_view sid, std::int64_t n,
+                            std::chrono::milliseconds limit) const {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        std::int64_t got = turns(sid);
+        while (got < n && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(10ms);
+            got = turns(sid);
+        }
+        BOOST_TEST_REQUIRE(got >= n, "session " << sid << " has " << got << " turns, wanted " << n
+                                                << "\n"
+                                                << log());
+        return got;
+    }
+    json::object last_turn(std::string_view sid) const {
+        auto s = request("GET", "/v1/sessions/" + std::string(sid));
+        auto tid = string_at(body_object(s), "last_turn_id");
+        BOOST_TEST_REQUIRE(!tid.empty(), s.body);
+        return wait_for_turn(tid);
+    }
+    // created_at of the session's user messages, from its tape.
+    std::vector<time_ms> user_messages(std::string_view sid) const {
+        auto r = request("GET", "/v1/sessions/" + std::string(sid) + "/tape?limit=1000");
+        BOOST_TEST_REQUIRE(r.status == 200u, r.body);
+        std::vector<time_ms> out;
+        for (const auto& e : body_object(r).at("entries").as_array()) {
+            const auto& o = e.as_object();
+            if (string_at(o, "kind") != "message") continue;
+            if (string_at(o.at("payload").as_object(), "role") != "user") continue;
+            out.push_back(parse_rfc3339(string_at(o, "created_at")));
+        }
+        return out;
+    }
+
+    std::filesystem::path config_path;
+};
+
+json::object every_schedule(std::string name, std::int64_t ms, std::string session) {
+    return {{"name", std::move(name)},
+            {"every_ms", ms},
+            {"session", std::move(session)},
+            {"text", "report"}};
+}
+
+void sleep_until_ms(time_ms t) {
+    auto left = t - now_ms();
+    if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(left));
+}
+
+// Rewrites a cursor in the daemon's SQLite file (the daemon is not running).
+void set_cursor_in_file(const std::filesystem::path& db_file, const std::string& name,
+                        const std::string& value) {
+    sqlite3* db = nullptr;
+    BOOST_TEST_REQUIRE(sqlite3_open(db_file.string().c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, "UPDATE cursors SET value = ?1 WHERE name = ?2", -1, &st,
+                                          nullptr) == SQLITE_OK);
+    sqlite3_bind_text(st, 1, value.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+    BOOST_TEST(sqlite3_step(st) == SQLITE_DONE);
+    BOOST_TEST(sqlite3_changes(db) == 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+std::optional<std::string> cursor_in_file(const std::filesystem::path& db_file,
+                                          const std::string& name) {
+    sqlite3* db = nullptr;
+    BOOST_TEST_REQUIRE(sqlite3_open(db_file.string().c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, "SELECT value FROM cursors WHERE name = ?1", -1, &st,
+                                          nullptr) == SQLITE_OK);
+    sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+    std::optional<std::string> out;
+    if (sqlite3_step(st) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(schedule_channel)
+
+BOOST_AUTO_TEST_CASE(next_fire_of_an_interval) {
+    const time_ms now = at(2026, 11, 30, 12, 0);
+    // First start: one period from now, no fire at start.
+    BOOST_TEST(*next_fire(every(60000), std::nullopt, now) == now + 60000);
+    // Not yet due: last + every (the phase survives a restart).
+    BOOST_TEST(*next_fire(every(60000), now - 20000, now) == now + 40000);
+    // Exactly due: that slot, at once.
+    BOOST_TEST(*next_fire(every(60000), now - 60000, now) == now);
+    // Several slots missed: only the latest, at once; the one after it is in the future.
+    auto missed = *next_fire(every(60000), now - 5 * 60000 - 15000, now);
+    BOOST_TEST(missed == now - 15000);
+    BOOST_TEST(*next_fire(every(60000), missed, now) == now + 45000);
+    // A cursor from the future (the clock went back) waits one period at most.
+    BOOST_TEST(*next_fire(every(60000), now + 3600000, now) == now + 60000);
+}
+
+BOOST_AUTO_TEST_CASE(next_fire_of_a_cron_schedule) {
+    const auto noon = cron_of("0 12 * * *");
+    // First start: the next match after now.
+    BOOST_TEST(when(next_fire(noon, std::nullopt, at(2026, 11, 30, 11, 0))) ==
+               "2026-11-30T12:00:00.000Z");
+    BOOST_TEST(when(next_fire(noon, std::nullopt, at(2026, 11, 30, 12, 0))) ==
+               "2026-12-01T12:00:00.000Z");
+    // Fired yesterday, not yet due today.
+    BOOST_TEST(when(next_fire(noon, at(2026, 11, 29, 12, 0), at(2026, 11, 30, 11, 0))) ==
+               "2026-11-30T12:00:00.000Z");
+    // Down for three days: the latest missed slot, once.
+    BOOST_TEST(when(next_fire(noon, at(2026, 11, 27, 12, 0), at(2026, 11, 30, 13, 0))) ==
+               "2026-11-30T12:00:00.000Z");
+    BOOST_TEST(when(next_fire(noon, at(2026, 11, 30, 12, 0), at(2026, 11, 30, 13, 0))) ==
+               "2026-12-01T12:00:00.000Z");
+    // Month and year ends.
+    BOOST_TEST(when(next_fire(cron_of("0 0 1 * *"), at(2026, 12, 1), at(2026, 12, 31, 23, 59, 59))) ==
+               "2027-01-01T00:00:00.000Z");
+    BOOST_TEST(when(next_fire(cron_of("0 0 30 2 *"), std::nullopt, at(2026, 1, 1))) == "never");
+}
+
+BOOST_AUTO_TEST_CASE(keys_and_cursor_names) {
+    BOOST_TEST(schedule::fire_key("nightly", 1764504000000) == "schedule nightly 1764504000000");
+    BOOST_TEST(schedule::cursor_name("nightly") == "schedule:nightly");
+}
+
+BOOST_AUTO_TEST_CASE(a_cron_slot_fires_into_its_session_at_its_time) {
+    inproc p;
+    auto cfg = sched("noon", "sched:noon", "report");
+    cfg.cron = "0 12 * * *";
+    // 200 ms before noon on the injected clock.
+    schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg},
+                         clock_at(at(2026, 11, 30, 11, 59, 59) + 800));
+    ch.start();
+    BOOST_TEST_REQUIRE(p.run_until([&] { return !p.finished.empty(); }, 5s));
+    auto rec = p.db.store().get_turn(p.finished[0]);
+    BOOST_TEST_REQUIRE(rec.has_value());
+    BOOST_TEST(rec->session_id == "sched:noon");
+    BOOST_TEST(rec->input.channel == "schedule");
+    BOOST_TEST(rec->input.text == "report");
+    BOOST_TEST((rec->status == turn_status::completed));
+    BOOST_TEST(rec->reply.value_or("") == "echo: report");
+    BOOST_TEST(json::serialize(rec->input.metadata) ==
+               R"({"schedule":"noon","fire_at":"2026-11-30T12:00:00.000Z"})");
+    BOOST_TEST(p.cursor("noon").value_or("") == std::to_string(at(2026, 11, 30, 12, 0)));
+    // The next slot is tomorrow: nothing more fires.
+    p.run_for(300ms);
+    BOOST_TEST(p.finished.size() == 1u);
+    p.stop(ch);
+}
+
+BOOST_AUTO_TEST_CASE(missed_cron_slots_fire_once_at_start) {
+    inproc p;
+    p.db.store().set_cursor("schedule:noon", std::to_string(at(2026, 11, 27, 12, 0)));
+    auto cfg = sched("noon", "sched:noon", "report");
+    cfg.cron = "0 12 * * *";
+    schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg}, clock_at(at(2026, 11, 30, 12, 0, 30)));
+    ch.start();
+    BOOST_TEST_REQUIRE(p.run_until([&] { return !p.finished.empty(); }, 5s));
+    p.run_for(300ms);
+    BOOST_TEST(p.finished.size() == 1u);
+    BOOST_TEST(p.session_turns("sched:noon") == 1);
+    auto rec = p.db.store().get_turn(p.finished[0]);
+    BOOST_TEST(rec->input.metadata.at("fire_at").as_string() == "2026-11-30T12:00:00.000Z");
+    BOOST_TEST(p.cursor("noon").value_or("") == std::to_string(at(2026, 11, 30, 12, 0)));
+    p.stop(ch);
+}
+
+BOOST_AUTO_TEST_CASE(a_slot_accepted_before_a_lost_cursor_write_is_not_fired_again) {
+    inproc p;
+    auto cfg = sched("noon", "sched:noon", "report");
+    cfg.cron = "0 12 * * *";
+    const auto before = std::to_string(at(2026, 11, 29, 12, 0));
+    p.db.store().set_cursor("schedule:noon", before);
+    {
+        schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg}, clock_at(at(2026, 11, 30, 12, 0, 30)));
+        ch.start();
+        BOOST_TEST_REQUIRE(p.run_until([&] { return !p.finished.empty(); }, 5s));
+        p.stop(ch);
+    }
+    // As if the process had died between the accept and the cursor write.
+    p.db.store().set_cursor("schedule:noon", before);
+    schedule::channel again(p.ctx.get_executor(), p.rt, {cfg}, clock_at(at(2026, 11, 30, 12, 0, 40)));
+    again.start();
+    BOOST_TEST(p.run_until([&] { return p.cursor("noon") != before; }, 5s));
+    p.run_for(200ms);
+    BOOST_TEST(p.session_turns("sched:noon") == 1);
+    BOOST_TEST(p.finished.size() == 1u);
+    BOOST_TEST(p.logged("schedule: slot already fired"));
+    BOOST_TEST(p.cursor("noon").value_or("") == std::to_string(at(2026, 11, 30, 12, 0)));
+    p.stop(again);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_session_queue_skips_the_fire_and_the_cursor_moves_on) {
+    inproc p(admission_config{admission_mode::queue, 0});
+    // The session is busy with a slow turn: the schedule's message finds no room.
+    plugin slow;
+    slow.name = "slow";
+    slow.run_model = [](turn_context&, prompt&) -> asio::awaitable<std::optional<model_output>> {
+        asio::steady_timer t(co_await asio::this_coro::executor, 1500ms);
+        co_await t.async_wait(asio::use_awaitable);
+        co_return std::nullopt;
+    };
+    p.fw.register_plugin(slow);
+    accept_request busy;
+    busy.session_id = "sched:busy";
+    busy.text = "long";
+    p.ctx.restart();
+    auto f = asio::co_spawn(p.ctx, p.rt.accept(busy), asio::use_future);
+    BOOST_TEST_REQUIRE(p.run_until([&] { return p.rt.running_turns() == 1; }, 5s));
+    const time_ms fake_now = at(2026, 11, 30, 12, 0);
+    p.db.store().set_cursor("schedule:tick", std::to_string(fake_now - 5500));
+    auto cfg = sched("tick", "sched:busy", "report");
+    cfg.every_ms = 1000;
+    schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg}, clock_at(fake_now));
+    ch.start();
+    BOOST_TEST(p.run_until([&] { return p.cursor("tick") == std::to_string(fake_now - 500); }, 5s));
+    BOOST_TEST(p.logged("session_queue_full"));
+    BOOST_TEST(p.session_turns("sched:busy") == 1);
+    p.stop(ch);
+    BOOST_TEST(p.run_until([&] { return p.finished.size() == 1; }, 5s));
+}
+
+BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {
+    schedule_daemon d(json::array{every_schedule("tick", 200, "sched:tick")});
+    d.wait_turns("sched:tick", 3, 10s);
+    auto s = d.request("GET", "/v1/sessions/sched:tick");
+    BOOST_TEST(string_at(body_object(s), "agent") == "default");
+    auto last = d.last_turn("sched:tick");
+    BOOST_TEST(string_at(last, "status") == "completed");
+    BOOST_TEST(string_at(last, "reply") == "echo: report");
+    auto tape = d.request("GET", "/v1/sessions/sched:tick/tape");
+    BOOST_TEST(tape.body.find(R"("text":"report")") != std::string::npos, tape.body);
+    BOOST_TEST(tape.body.find(R"("text":"echo: report")") != std::string::npos, tape.body);
+    // Fires are a period apart (no burst).
+    auto times = d.user_messages("sched:tick");
+    BOOST_TEST_REQUIRE(times.size() >= 3u);
+    for (std::size_t i = 1; i < times.size(); ++i)
+        BOOST_TEST(times[i] - times[i - 1] >= 150, "fires " << i - 1 << " and " << i);
+}
+
+BOOST_AUTO_TEST_CASE(missed_fires_during_downtime_fire_once_at_restart) {
+    constexpr time_ms period = 1500;
+    schedule_daemon d(json::array{every_schedule("tick", period, "sched:down")});
+    const auto n0 = d.wait_turns("sched:down", 1, 10s);
+    // Accepted a few ms after its slot: slots come every period after this.
+    const time_ms last = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    BOOST_TEST(d.stop() == 0);
+    // Down past three more slots (last + P, + 2P, + 3P); the next regular one is last + 4P.
+    sleep_until_ms(last + 3 * period + 100);
+    d.restart();
+    d.wait_turns("sched:down", n0 + 1, 10s);
+    const time_ms catch_up = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    BOOST_TEST(catch_up < last + 4 * period - 100, "the first fire after the restart waited for a slot");
+    // Once, not once per missed slot.
+    sleep_until_ms(last + 4 * period - 150);
+    BOOST_TEST(d.turns("sched:down") == n0 + 1);
+    // Then the normal schedule, in its old phase.
+    d.wait_turns("sched:down", n0 + 2, 10s);
+    const time_ms next = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    BOOST_TEST(next >= last + 4 * period - 100);
+    BOOST_TEST(next < last + 5 * period - 100);
+}
+
+BOOST_AUTO_TEST_CASE(no_double_fire_after_sigkill_and_restart) {
+    constexpr time_ms period = 1500;
+    schedule_daemon d(json::array{every_schedule("tick", period, "sched:kill")});
+    const auto n0 = d.wait_turns("sched:kill", 1, 10s);
+    const time_ms last = parse_rfc3339(string_at(d.last_turn("sched:kill"), "created_at"));
+    d.crash();
+    // Whether or not the kill came between the accept and the cursor write, put the file in the
+    // state it would leave: the slot accepted, the cursor one slot behind.
+    const auto db_file = d.data_dir() / "baton.db";
+    auto cursor = cursor_in_file(db_file, "schedule:tick");
+    if (cursor)
+        set_cursor_in_file(db_file, "schedule:tick", std::to_string(std::stoll(*cursor) - period));
+    d.restart();
+    // The rewound slot is due again at start, under the same idempotency key: no new turn.
+    sleep_until_ms(last + period - 200);
+    BOOST_TEST(d.turns("sched:kill") == n0);
+    if (cursor) BOOST_TEST(d.log().find("schedule: slot already fired") != std::string::npos, d.log());
+    d.wait_turns("sched:kill", n0 + 1, 10s);
+    const time_ms next = parse_rfc3339(string_at(d.last_turn("sched:kill"), "created_at"));
+    BOOST_TEST(next >= last + period - 100);
+    // And once more, a plain SIGKILL and restart: the schedule goes on without a double fire.
+    d.crash();
+    d.restart();
+    sleep_until_ms(next + period - 200);
+    BOOST_TEST(d.turns("sched:kill") == n0 + 1);
+    d.wait_turns("sched:kill", n0 + 2, 10s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
