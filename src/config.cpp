@@ -294,7 +294,8 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
         o.fail("name", "expected 1-64 characters of [A-Za-z0-9._:@-]");
     if (o.has("every_ms") == o.has("cron")) o.fail("", "expected exactly one of every_ms, cron");
     std::int64_t every = 0;
-    if (o.read("every_ms", every, 1)) out.every_ms = every;
+    // Ten years at most: slot arithmetic stays far from overflow.
+    if (o.read("every_ms", every, 1, 315'360'000'000)) out.every_ms = every;
     if (o.read_text("cron", out.cron)) {
         if (auto parsed = parse_cron(out.cron); !parsed)
             o.fail("cron", parsed.error());

@@ -4,6 +4,8 @@
 #include <baton/config.hpp>
 #include <baton/cron.hpp>
 
+#include "tests/utc_time.hpp"
+
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -14,13 +16,8 @@ using namespace baton;
 
 namespace {
 
-// Milliseconds since the epoch of a UTC date and time.
-time_ms at(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
-    using namespace std::chrono;
-    auto date = sys_days(year(y) / month(mo) / day(d));
-    return duration_cast<milliseconds>((date + hours(h) + minutes(mi) + seconds(s)).time_since_epoch())
-        .count();
-}
+using test::utc_ms;
+constexpr auto at = [](auto... a) { return utc_ms(a...); };
 
 cron_schedule parse_ok(std::string_view text) {
     auto r = parse_cron(text);
@@ -208,6 +205,8 @@ BOOST_AUTO_TEST_CASE(config_checks_cron_text_and_schedule_names) {
                "of month)");
     BOOST_TEST(config_errors(R"({"cron": "", "session": "s", "text": "t"})") ==
                "channels.schedules[0].cron: must not be empty");
+    BOOST_TEST(config_errors(R"({"every_ms": 315360000001, "session": "s", "text": "t"})") ==
+               "channels.schedules[0].every_ms: must be between 1 and 315360000000");
     BOOST_TEST(config_errors(R"({"name": "a b", "every_ms": 5, "session": "s", "text": "t"})") ==
                "channels.schedules[0].name: expected 1-64 characters of [A-Za-z0-9._:@-]");
     BOOST_TEST(config_errors(R"({"name": "x", "every_ms": 5, "session": "s", "text": "t"},

@@ -4,6 +4,7 @@
 // (every_ms turns, one catch-up fire after downtime, no double fire after SIGKILL).
 #include "channels/schedule/channel.hpp"
 #include "tests/daemon_fixture.hpp"
+#include "tests/utc_time.hpp"
 
 #include <baton/log.hpp>
 #include <baton/model.hpp>
@@ -31,21 +32,7 @@ using schedule::timing;
 
 namespace {
 
-time_ms at(int y, unsigned mo, unsigned d, int h = 0, int mi = 0, int s = 0) {
-    using namespace std::chrono;
-    auto date = sys_days(year(y) / month(mo) / day(d));
-    return duration_cast<milliseconds>((date + hours(h) + minutes(mi) + seconds(s)).time_since_epoch())
-        .count();
-}
-
-// "2026-11-30T12:00:00.000Z" -> ms since the epoch (-1 when malformed).
-time_ms parse_rfc3339(std::string_view s) {
-    int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, ms = 0;
-    if (std::sscanf(std::string(s).c_str(), "%d-%d-%dT%d:%d:%d.%dZ", &y, &mo, &d, &h, &mi, &sec, &ms) !=
-        7)
-        return -1;
-    return at(y, static_cast<unsigned>(mo), static_cast<unsigned>(d), h, mi, sec) + ms;
-}
+constexpr auto at = [](auto... a) { return utc_ms(a...); };
 
 timing every(std::int64_t ms) {
     return timing{ms, std::nullopt};
@@ -178,7 +165,7 @@ struct schedule_daemon : daemon_fixture {
             const auto& o = e.as_object();
             if (string_at(o, "kind") != "message") continue;
             if (string_at(o.at("payload").as_object(), "role") != "user") continue;
-            out.push_back(parse_rfc3339(string_at(o, "created_at")));
+            out.push_back(parse_utc_ms(string_at(o, "created_at")));
         }
         return out;
     }
@@ -198,32 +185,20 @@ void sleep_until_ms(time_ms t) {
     if (left > 0) std::this_thread::sleep_for(std::chrono::milliseconds(left));
 }
 
-// Rewrites a cursor in the daemon's SQLite file (the daemon is not running).
-void set_cursor_in_file(const std::filesystem::path& db_file, const std::string& name,
-                        const std::string& value) {
+// Runs one statement on the daemon's SQLite file (the daemon is not running) with text
+// parameters ?1, ?2, ...; returns the first column of its first row, if any.
+std::optional<std::string> sqlite_once(const std::filesystem::path& file, const char* sql,
+                                       const std::vector<std::string>& params) {
     sqlite3* db = nullptr;
-    BOOST_TEST_REQUIRE(sqlite3_open(db_file.string().c_str(), &db) == SQLITE_OK);
+    BOOST_TEST_REQUIRE(sqlite3_open(file.string().c_str(), &db) == SQLITE_OK);
     sqlite3_stmt* st = nullptr;
-    BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, "UPDATE cursors SET value = ?1 WHERE name = ?2", -1, &st,
-                                          nullptr) == SQLITE_OK);
-    sqlite3_bind_text(st, 1, value.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, name.c_str(), -1, SQLITE_TRANSIENT);
-    BOOST_TEST(sqlite3_step(st) == SQLITE_DONE);
-    BOOST_TEST(sqlite3_changes(db) == 1);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-}
-
-std::optional<std::string> cursor_in_file(const std::filesystem::path& db_file,
-                                          const std::string& name) {
-    sqlite3* db = nullptr;
-    BOOST_TEST_REQUIRE(sqlite3_open(db_file.string().c_str(), &db) == SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, "SELECT value FROM cursors WHERE name = ?1", -1, &st,
-                                          nullptr) == SQLITE_OK);
-    sqlite3_bind_text(st, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+    BOOST_TEST_REQUIRE(sqlite3_prepare_v2(db, sql, -1, &st, nullptr) == SQLITE_OK, sqlite3_errmsg(db));
+    for (std::size_t i = 0; i < params.size(); ++i)
+        sqlite3_bind_text(st, static_cast<int>(i + 1), params[i].c_str(), -1, SQLITE_TRANSIENT);
     std::optional<std::string> out;
-    if (sqlite3_step(st) == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) out = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    BOOST_TEST((rc == SQLITE_ROW || rc == SQLITE_DONE), sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_close(db);
     return out;
@@ -395,20 +370,20 @@ BOOST_AUTO_TEST_CASE(missed_fires_during_downtime_fire_once_at_restart) {
     schedule_daemon d(json::array{every_schedule("tick", period, "sched:down")});
     const auto n0 = d.wait_turns("sched:down", 1, 10s);
     // Accepted a few ms after its slot: slots come every period after this.
-    const time_ms last = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    const time_ms last = parse_utc_ms(string_at(d.last_turn("sched:down"), "created_at"));
     BOOST_TEST(d.stop() == 0);
     // Down past three more slots (last + P, + 2P, + 3P); the next regular one is last + 4P.
     sleep_until_ms(last + 3 * period + 100);
     d.restart();
     d.wait_turns("sched:down", n0 + 1, 10s);
-    const time_ms catch_up = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    const time_ms catch_up = parse_utc_ms(string_at(d.last_turn("sched:down"), "created_at"));
     BOOST_TEST(catch_up < last + 4 * period - 100, "the first fire after the restart waited for a slot");
     // Once, not once per missed slot.
     sleep_until_ms(last + 4 * period - 150);
     BOOST_TEST(d.turns("sched:down") == n0 + 1);
     // Then the normal schedule, in its old phase.
     d.wait_turns("sched:down", n0 + 2, 10s);
-    const time_ms next = parse_rfc3339(string_at(d.last_turn("sched:down"), "created_at"));
+    const time_ms next = parse_utc_ms(string_at(d.last_turn("sched:down"), "created_at"));
     BOOST_TEST(next >= last + 4 * period - 100);
     BOOST_TEST(next < last + 5 * period - 100);
 }
@@ -417,21 +392,22 @@ BOOST_AUTO_TEST_CASE(no_double_fire_after_sigkill_and_restart) {
     constexpr time_ms period = 1500;
     schedule_daemon d(json::array{every_schedule("tick", period, "sched:kill")});
     const auto n0 = d.wait_turns("sched:kill", 1, 10s);
-    const time_ms last = parse_rfc3339(string_at(d.last_turn("sched:kill"), "created_at"));
+    const time_ms last = parse_utc_ms(string_at(d.last_turn("sched:kill"), "created_at"));
     d.crash();
     // Whether or not the kill came between the accept and the cursor write, put the file in the
     // state it would leave: the slot accepted, the cursor one slot behind.
     const auto db_file = d.data_dir() / "baton.db";
-    auto cursor = cursor_in_file(db_file, "schedule:tick");
+    auto cursor = sqlite_once(db_file, "SELECT value FROM cursors WHERE name = ?1", {"schedule:tick"});
     if (cursor)
-        set_cursor_in_file(db_file, "schedule:tick", std::to_string(std::stoll(*cursor) - period));
+        sqlite_once(db_file, "UPDATE cursors SET value = ?1 WHERE name = ?2",
+                    {std::to_string(std::stoll(*cursor) - period), "schedule:tick"});
     d.restart();
     // The rewound slot is due again at start, under the same idempotency key: no new turn.
     sleep_until_ms(last + period - 200);
     BOOST_TEST(d.turns("sched:kill") == n0);
     if (cursor) BOOST_TEST(d.log().find("schedule: slot already fired") != std::string::npos, d.log());
     d.wait_turns("sched:kill", n0 + 1, 10s);
-    const time_ms next = parse_rfc3339(string_at(d.last_turn("sched:kill"), "created_at"));
+    const time_ms next = parse_utc_ms(string_at(d.last_turn("sched:kill"), "created_at"));
     BOOST_TEST(next >= last + period - 100);
     // And once more, a plain SIGKILL and restart: the schedule goes on without a double fire.
     d.crash();
