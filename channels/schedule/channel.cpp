@@ -154,6 +154,7 @@ channel::~channel() {
 }
 
 void channel::start() {
+    if (started_.exchange(true)) return;
     for (const auto& w : workers_) {
         running_->fetch_add(1);
         auto done = [running = running_, what = "schedule " + w->cfg.name](std::exception_ptr e) {

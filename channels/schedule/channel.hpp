@@ -45,7 +45,8 @@ public:
     channel(const channel&) = delete;
     channel& operator=(const channel&) = delete;
 
-    // Starts one coroutine per schedule (after runtime::recover, so that recovered turns queue first).
+    // Starts one coroutine per schedule (after runtime::recover, so that recovered turns queue
+    // first). Once only: later calls do nothing.
     void start();
     // Cancels every timer; a fire in progress finishes its accept and cursor write. Idempotent.
     void stop();
@@ -56,6 +57,7 @@ private:
     runtime& rt_;
     options opts_;
     std::vector<std::shared_ptr<detail::worker>> workers_;
+    std::atomic<bool> started_{false};
     std::shared_ptr<std::atomic<std::size_t>> running_ = std::make_shared<std::atomic<std::size_t>>(0);
 };
 
