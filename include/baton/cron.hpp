@@ -27,7 +27,7 @@ struct cron_schedule {
 // What parse_cron answers: a schedule, or an error message that names the field.
 class cron_parse_result {
 public:
-    cron_parse_result(cron_schedule s) : schedule_(s) {}
+    cron_parse_result(const cron_schedule& s) : schedule_(s) {}
     static cron_parse_result failure(std::string message) {
         return cron_parse_result(std::move(message));
     }
