@@ -292,6 +292,34 @@ BOOST_AUTO_TEST_CASE(missed_cron_slots_fire_once_at_start) {
     p.stop(ch);
 }
 
+BOOST_AUTO_TEST_CASE(the_first_start_is_remembered_across_restarts) {
+    inproc p;
+    auto cfg = sched("hourly", "sched:first", "report");
+    cfg.every_ms = 3600000;
+    const time_ms start = at(2026, 11, 30, 9, 0);
+    {
+        // First start: nothing fires, but the start is stored.
+        schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg}, clock_at(start));
+        ch.start();
+        BOOST_TEST_REQUIRE(p.run_until([&] { return p.cursor("hourly").has_value(); }, 5s));
+        p.run_for(100ms);
+        p.stop(ch);
+    }
+    BOOST_TEST(p.finished.empty());
+    const time_ms first = std::stoll(*p.cursor("hourly"));
+    BOOST_TEST(first - start >= 0);
+    BOOST_TEST(first - start < 2000);
+    // Back 90 minutes later: the slot one hour after the first start was missed, and fires now.
+    schedule::channel again(p.ctx.get_executor(), p.rt, {cfg}, clock_at(start + 5400000));
+    again.start();
+    BOOST_TEST_REQUIRE(p.run_until([&] { return !p.finished.empty(); }, 5s));
+    auto rec = p.db.store().get_turn(p.finished[0]);
+    BOOST_TEST(rec->input.metadata.at("fire_at").as_string() == format_time(first + 3600000));
+    p.run_for(200ms);
+    BOOST_TEST(p.finished.size() == 1u);
+    p.stop(again);
+}
+
 BOOST_AUTO_TEST_CASE(a_slot_accepted_before_a_lost_cursor_write_is_not_fired_again) {
     inproc p;
     auto cfg = sched("noon", "sched:noon", "report");

@@ -68,6 +68,20 @@ asio::awaitable<std::optional<time_ms>> read_cursor(runtime& rt, const schedule_
     co_return std::nullopt;
 }
 
+// Never throws: a failure is logged (the next start then sees the previous value).
+asio::awaitable<void> write_cursor(runtime& rt, const schedule_config& c, time_ms value) {
+    try {
+        auto set = [name = cursor_name(c.name), v = std::to_string(value)](store& s) {
+            s.set_cursor(name, v);
+        };
+        co_await rt.fw().db().run(std::move(set));
+    } catch (const std::exception& e) {
+        auto f = about(c);
+        f["error"] = e.what();
+        log::error("schedule: cannot store its cursor", std::move(f));
+    }
+}
+
 // Waits until the clock reaches `slot`; false when stopped first.
 asio::awaitable<bool> wait_until(worker& w, const options& o, time_ms slot) {
     while (!w.stopped.load()) {
@@ -108,20 +122,18 @@ asio::awaitable<void> fire(runtime& rt, const schedule_config& c, time_ms slot) 
         f["error"] = e.what();
         log::error("schedule: fire failed", f);
     }
-    try {
-        auto set = [name = cursor_name(c.name), value = std::to_string(slot)](store& s) {
-            s.set_cursor(name, value);
-        };
-        co_await rt.fw().db().run(std::move(set));
-    } catch (const std::exception& e) {
-        f["error"] = e.what();
-        log::error("schedule: cannot store its cursor", f);
-    }
+    co_await write_cursor(rt, c, slot);
 }
 
 // One schedule's life: read the cursor, then fire slot after slot until stopped.
 asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
     std::optional<time_ms> last = co_await read_cursor(rt, w->cfg);
+    if (!last) {
+        // The first start is remembered as if a fire had happened then: restarts before the first
+        // slot keep counting from it, and a slot missed while down later is caught up.
+        last = o.now();
+        co_await write_cursor(rt, w->cfg, *last);
+    }
     while (!w->stopped.load()) {
         time_ms now = o.now();
         auto slot = next_fire(w->when, last, now);

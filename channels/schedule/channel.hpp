@@ -1,8 +1,8 @@
 // The schedule channel: for each configured schedule a timer coroutine that fires its text into
-// its session through runtime::accept, like a message from a user. The last slot fired is kept in
-// cursor `schedule:<name>`; each fire carries the idempotency key "schedule <name> <slot ms>"
-// (with a space, which no HTTP Idempotency-Key holds), so a crash between the accept and the
-// cursor write cannot fire a slot twice. Missed slots: see next_fire.hpp.
+// its session through runtime::accept, like a message from a user. The last slot fired (at first
+// the time of the first start) is kept in cursor `schedule:<name>`; each fire carries the idempotency
+// key "schedule <name> <slot ms>" (with a space, which no HTTP Idempotency-Key holds), so a crash
+// between the accept and the cursor write cannot fire a slot twice. Missed slots: see next_fire.hpp.
 #pragma once
 
 #include "channels/schedule/next_fire.hpp"

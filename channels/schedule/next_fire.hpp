@@ -19,6 +19,7 @@ struct timing {
 // and the time now. A result at or before `now` is due at once: it is the latest slot missed, so
 // any number of missed slots fire once. With no last slot the first fire is the next regular one
 // (every_ms: now + every_ms; cron: the first match after now). nullopt: never (cron only).
+// `last` need not be a slot: the channel stores its first start time as the first `last`.
 std::optional<time_ms> next_fire(const timing& t, std::optional<time_ms> last, time_ms now);
 
 } // namespace baton::schedule
