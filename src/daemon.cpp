@@ -8,7 +8,10 @@
 #include <baton/openai_client.hpp>
 #include <baton/runtime.hpp>
 
+#include "channels/webhook/channel.hpp"
 #include "channels/ws/channel.hpp"
+
+#include <baton/delivery.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -113,6 +116,13 @@ int run_daemon(const serve_options& opts) {
         websocket = std::make_unique<ws::channel>(rt, wo);
         fw->register_plugin(websocket->make_plugin());
     }
+    // Pushing channels: their replies go through the outbox's delivery workers.
+    delivery outbox(ioc.get_executor(), rt);
+    if (!cfg.channels.webhook_targets.empty())
+        outbox.add_channel(std::make_shared<webhook::channel>(
+            cfg.channels.webhook_targets, parts.http,
+            static_cast<std::size_t>(cfg.channels.webhook_max_concurrency)));
+    fw->register_plugin(outbox.make_plugin());
     std::atomic<bool> ready{false};
     http_server_options hopts;
     hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
@@ -134,6 +144,8 @@ int run_daemon(const serve_options& opts) {
 
     int exit_code = 0;
     try {
+        // Items left by the last process first (sending -> uncertain), then the turns it left.
+        asio::co_spawn(ioc, outbox.start(), asio::use_future).get();
         auto recovered = asio::co_spawn(ioc, rt.recover(), asio::use_future);
         recovered.get();
     } catch (const std::exception& e) {
@@ -164,6 +176,11 @@ int run_daemon(const serve_options& opts) {
         }
         // After the drain, so that replies of the turns that finished meanwhile were sent.
         if (websocket) websocket->stop();
+        try {
+            asio::co_spawn(ioc, outbox.stop(std::chrono::seconds(5)), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("stopping delivery failed", {{"error", e.what()}});
+        }
     }
     work.reset();
     ioc.stop();

@@ -1,0 +1,114 @@
+// The delivery rules without I/O: the retry budget and state transitions of an outbox item, and
+// how a long reply is cut into chunks.
+#include <baton/delivery.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+using namespace baton;
+using namespace std::chrono_literals;
+
+namespace {
+outbox_item sending(std::int64_t attempts) {
+    outbox_item o;
+    o.key = "ob_x";
+    o.status = outbox_status::sending;
+    o.attempts = attempts;
+    return o;
+}
+
+std::size_t code_points(std::string_view s) {
+    std::size_t n = 0;
+    for (unsigned char c : s)
+        n += (c & 0xC0) != 0x80;
+    return n;
+}
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(delivery_rules)
+
+BOOST_AUTO_TEST_CASE(backoff_is_1_5_25_120_600_seconds_then_failed) {
+    retry_policy p;
+    const time_ms now = 1'000'000;
+    const std::int64_t want[] = {1000, 5000, 25000, 120000, 600000};
+    for (std::int64_t n = 1; n <= 5; ++n) {
+        auto next = after_attempt(sending(n), send_outcome::again("HTTP 503"), now, p);
+        BOOST_TEST((next.status == outbox_status::pending));
+        BOOST_TEST(next.next_attempt_at - now == want[n - 1]);
+        BOOST_TEST(next.last_error == "HTTP 503");
+        BOOST_TEST(next.attempts == n);
+    }
+    auto last = after_attempt(sending(6), send_outcome::again("HTTP 503"), now, p);
+    BOOST_TEST((last.status == outbox_status::failed));
+    BOOST_TEST(last.next_attempt_at == 0);
+    BOOST_TEST(last.last_error == "HTTP 503");
+}
+
+BOOST_AUTO_TEST_CASE(a_peer_hint_longer_than_the_backoff_wins) {
+    retry_policy p;
+    auto next = after_attempt(sending(1), send_outcome::again("HTTP 429", 30s), 0, p);
+    BOOST_TEST(next.next_attempt_at == 30000);
+    next = after_attempt(sending(3), send_outcome::again("HTTP 429", 2s), 0, p);
+    BOOST_TEST(next.next_attempt_at == 25000);
+}
+
+BOOST_AUTO_TEST_CASE(delivered_and_failed_are_final) {
+    retry_policy p;
+    auto item = sending(2);
+    item.last_error = "HTTP 503";
+    auto ok = after_attempt(item, send_outcome::ok(), 5, p);
+    BOOST_TEST((ok.status == outbox_status::delivered));
+    BOOST_TEST(ok.last_error.empty());
+    BOOST_TEST(ok.updated_at == 5);
+    auto no = after_attempt(sending(1), send_outcome::give_up("HTTP 404"), 5, p);
+    BOOST_TEST((no.status == outbox_status::failed));
+    BOOST_TEST(no.last_error == "HTTP 404");
+}
+
+BOOST_AUTO_TEST_CASE(an_uncertain_item_stays_uncertain) {
+    auto item = sending(1);
+    item.uncertain = true;
+    BOOST_TEST(after_attempt(item, send_outcome::ok(), 0, retry_policy{}).uncertain);
+}
+
+BOOST_AUTO_TEST_CASE(short_text_is_one_chunk) {
+    BOOST_TEST(split_chunks("hello", 4096) == std::vector<std::string>{"hello"});
+    BOOST_TEST(split_chunks("hello", 0) == std::vector<std::string>{"hello"});
+    BOOST_TEST(split_chunks("", 10) == std::vector<std::string>{""});
+    BOOST_TEST(split_chunks("abcdef", 6) == std::vector<std::string>{"abcdef"});
+}
+
+BOOST_AUTO_TEST_CASE(long_text_is_cut_at_a_line_break_then_a_space) {
+    // 10 per chunk: the last quarter is characters 8-10.
+    BOOST_TEST(split_chunks("aaaaaaaa\nbbbbbbb", 10) ==
+               (std::vector<std::string>{"aaaaaaaa\n", "bbbbbbb"}));
+    BOOST_TEST(split_chunks("aaaaaaaaa bbbbbbb", 10) ==
+               (std::vector<std::string>{"aaaaaaaaa ", "bbbbbbb"}));
+    // A break too early would waste the chunk: cut hard instead.
+    BOOST_TEST(split_chunks("a bbbbbbbbbbbb", 10) == (std::vector<std::string>{"a bbbbbbbb", "bbbb"}));
+}
+
+BOOST_AUTO_TEST_CASE(chunks_never_split_a_utf8_sequence_and_rejoin_to_the_text) {
+    std::string text;
+    for (int i = 0; i < 5000; ++i)
+        text += (i % 3 == 0) ? "\xc3\xa9" : (i % 3 == 1 ? "\xf0\x9f\x98\x80" : "x");
+    auto chunks = split_chunks(text, 4096);
+    BOOST_TEST(chunks.size() == 2u);
+    std::string joined;
+    for (const auto& c : chunks) {
+        BOOST_TEST(code_points(c) <= 4096u);
+        BOOST_TEST((static_cast<unsigned char>(c.front()) & 0xC0) != 0x80);
+        joined += c;
+    }
+    BOOST_TEST(joined == text);
+    BOOST_TEST(code_points(chunks[0]) == 4096u);
+}
+
+BOOST_AUTO_TEST_CASE(keys_are_derived_per_chunk) {
+    auto a = outbox_key("s1", "t_1", "webhook", "crm", 0);
+    BOOST_TEST(a == outbox_key("s1", "t_1", "webhook", "crm", 0));
+    BOOST_TEST(a != outbox_key("s1", "t_1", "webhook", "crm", 1));
+    BOOST_TEST(a != outbox_key("s1", "t_1", "webhook", "erp", 0));
+    BOOST_TEST(a != outbox_key("s1", "t_2", "webhook", "crm", 0));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
