@@ -23,6 +23,7 @@ using std::chrono::milliseconds;
 outbox_item after_attempt(outbox_item item, const send_outcome& o, time_ms now, const retry_policy& p) {
     item.updated_at = now;
     item.next_attempt_at = 0;
+    if (o.maybe_delivered) item.uncertain = true;
     switch (o.what) {
     case send_outcome::kind::delivered:
         item.status = outbox_status::delivered;

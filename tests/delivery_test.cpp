@@ -70,6 +70,14 @@ BOOST_AUTO_TEST_CASE(an_uncertain_item_stays_uncertain) {
     BOOST_TEST(after_attempt(item, send_outcome::ok(), 0, retry_policy{}).uncertain);
 }
 
+BOOST_AUTO_TEST_CASE(an_unanswered_attempt_makes_the_retry_uncertain) {
+    auto refused = after_attempt(sending(1), send_outcome::again("Connection refused"), 0, retry_policy{});
+    BOOST_TEST(!refused.uncertain);
+    auto timeout = after_attempt(sending(1), send_outcome::unanswered("timed out"), 0, retry_policy{});
+    BOOST_TEST(timeout.uncertain);
+    BOOST_TEST((timeout.status == outbox_status::pending));
+}
+
 BOOST_AUTO_TEST_CASE(short_text_is_one_chunk) {
     BOOST_TEST(split_chunks("hello", 4096) == std::vector<std::string>{"hello"});
     BOOST_TEST(split_chunks("hello", 0) == std::vector<std::string>{"hello"});

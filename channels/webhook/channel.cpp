@@ -1,5 +1,6 @@
 #include "channels/webhook/channel.hpp"
 
+#include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
 
 #include <charconv>
@@ -37,8 +38,14 @@ std::string excerpt(std::string_view body) {
 } // namespace
 
 send_outcome classify(const boost::system::error_code& ec, const http_response& r) {
-    if (ec == boost::beast::error::timeout) return send_outcome::again("timed out");
-    if (ec) return send_outcome::again(ec.message());
+    // Refused or unreachable: nothing was sent. Any other failure may come after the receiver
+    // got the request, so the retry is uncertain (its Idempotency-Key makes it harmless).
+    if (ec == boost::asio::error::connection_refused || ec == boost::asio::error::host_unreachable ||
+        ec == boost::asio::error::network_unreachable || ec == boost::asio::error::invalid_argument ||
+        ec == boost::system::errc::invalid_argument)
+        return send_outcome::again(ec.message());
+    if (ec == boost::beast::error::timeout) return send_outcome::unanswered("timed out");
+    if (ec) return send_outcome::unanswered(ec.message());
     auto status = "HTTP " + std::to_string(r.status);
     if (r.status >= 200 && r.status < 300) return send_outcome::ok();
     if (r.status == 408 || r.status == 429 || r.status >= 500)

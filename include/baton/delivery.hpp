@@ -31,12 +31,16 @@ struct send_outcome {
     kind what = kind::delivered;
     std::string error;                                    // retry, failed: why (kept as last_error)
     std::optional<std::chrono::milliseconds> retry_after; // the peer's hint (Retry-After)
+    // The request may have reached the recipient although no answer came (a timeout, a reset
+    // after sending): the next attempt is flagged `uncertain`, as after a crash.
+    bool maybe_delivered = false;
 
     static send_outcome ok() { return {}; }
     static send_outcome again(std::string why, std::optional<std::chrono::milliseconds> after = {}) {
-        return {kind::retry, std::move(why), after};
+        return {kind::retry, std::move(why), after, false};
     }
-    static send_outcome give_up(std::string why) { return {kind::failed, std::move(why), {}}; }
+    static send_outcome unanswered(std::string why) { return {kind::retry, std::move(why), {}, true}; }
+    static send_outcome give_up(std::string why) { return {kind::failed, std::move(why), {}, false}; }
 };
 
 // A channel that pushes items to a recipient. send() is called by the delivery workers, at most
