@@ -4,6 +4,7 @@
 // turn's reply was delivered, a reply received twice carries the same key and is flagged
 // uncertain, and the SQLite file passes its integrity check after each kill.
 #include "tests/daemon_fixture.hpp"
+#include "tests/model_daemon.hpp"
 #include "tests/webhook_receiver.hpp"
 
 #include <sqlite3.h>
@@ -154,6 +155,46 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_points_loses_no_message_and_no_reply) {
                                        << " abandoned, " << duplicates << " replies received twice");
     BOOST_TEST(completed > 0u);
     BOOST_TEST(integrity_of(db) == "ok");
+}
+
+// A turn the daemon died under ends `failed` with error.code "abandoned"; the messages queued
+// behind it run after the restart, in accept order.
+BOOST_AUTO_TEST_CASE(a_turn_mid_run_is_abandoned_and_the_queue_behind_it_runs_in_order) {
+    model_daemon d;
+    auto slow = fake_reply::completion("never seen");
+    slow.delay = 5s;
+    d.model.push(slow);
+    auto first = d.post("first", "recover-1");
+    d.wait_for_turn(first, {"running"});
+    auto second = d.post("second", "recover-1");
+    auto third = d.post("third", "recover-1");
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("answer two"));
+    d.model.push(fake_reply::completion("answer three"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    auto rec = d.wait_for_turn(first);
+    BOOST_TEST(string_at(rec, "status") == "failed");
+    BOOST_TEST(string_at(rec.at("error").as_object(), "code") == "abandoned");
+    BOOST_TEST(string_at(d.wait_for_turn(second), "reply") == "answer two");
+    BOOST_TEST(string_at(d.wait_for_turn(third), "reply") == "answer three");
+    auto started2 = string_at(d.wait_for_turn(second), "finished_at");
+    auto started3 = string_at(d.wait_for_turn(third), "started_at");
+    BOOST_TEST(started2 <= started3);
+}
+
+BOOST_AUTO_TEST_CASE(an_agent_with_on_abandoned_rerun_runs_the_turn_again) {
+    model_daemon d({}, false, {}, json::object{{"on_abandoned", "rerun"}});
+    auto slow = fake_reply::completion("never seen");
+    slow.delay = 5s;
+    d.model.push(slow);
+    auto tid = d.post("again", "recover-2");
+    d.wait_for_turn(tid, {"running"});
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("second run"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    auto rec = d.wait_for_turn(tid);
+    BOOST_TEST(string_at(rec, "status") == "completed");
+    BOOST_TEST(string_at(rec, "reply") == "second run");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
