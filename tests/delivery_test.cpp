@@ -2,6 +2,11 @@
 // how a long reply is cut into chunks.
 #include <baton/delivery.hpp>
 
+#include "channels/webhook/channel.hpp"
+
+#include <boost/asio/error.hpp>
+#include <boost/beast/core/error.hpp>
+
 #include <boost/test/unit_test.hpp>
 
 using namespace baton;
@@ -71,7 +76,8 @@ BOOST_AUTO_TEST_CASE(an_uncertain_item_stays_uncertain) {
 }
 
 BOOST_AUTO_TEST_CASE(an_unanswered_attempt_makes_the_retry_uncertain) {
-    auto refused = after_attempt(sending(1), send_outcome::again("Connection refused"), 0, retry_policy{});
+    auto refused =
+        after_attempt(sending(1), send_outcome::again("Connection refused"), 0, retry_policy{});
     BOOST_TEST(!refused.uncertain);
     auto timeout = after_attempt(sending(1), send_outcome::unanswered("timed out"), 0, retry_policy{});
     BOOST_TEST(timeout.uncertain);
@@ -117,6 +123,53 @@ BOOST_AUTO_TEST_CASE(keys_are_derived_per_chunk) {
     BOOST_TEST(a != outbox_key("s1", "t_1", "webhook", "crm", 1));
     BOOST_TEST(a != outbox_key("s1", "t_1", "webhook", "erp", 0));
     BOOST_TEST(a != outbox_key("s1", "t_2", "webhook", "crm", 0));
+}
+
+BOOST_AUTO_TEST_CASE(webhook_answers_map_to_delivered_retry_or_failed) {
+    using kind = send_outcome::kind;
+    auto answer = [](unsigned status, std::string retry_after = "") {
+        http_response r;
+        r.status = status;
+        if (!retry_after.empty()) r.headers.emplace_back("Retry-After", retry_after);
+        return webhook::classify({}, r);
+    };
+    BOOST_TEST((answer(200).what == kind::delivered));
+    BOOST_TEST((answer(204).what == kind::delivered));
+    for (unsigned retried : {408u, 429u, 500u, 502u, 503u})
+        BOOST_TEST((answer(retried).what == kind::retry), retried);
+    for (unsigned refused : {301u, 400u, 401u, 404u, 422u})
+        BOOST_TEST((answer(refused).what == kind::failed), refused);
+    BOOST_TEST(answer(429, "30").retry_after.value_or(0ms).count() == 30000);
+    BOOST_TEST(!answer(429, "soon").retry_after.has_value());
+    BOOST_TEST(answer(404).error == "HTTP 404");
+
+    http_response none;
+    auto refused = webhook::classify(boost::asio::error::connection_refused, none);
+    BOOST_TEST((refused.what == kind::retry));
+    BOOST_TEST(!refused.maybe_delivered);
+    auto timeout = webhook::classify(boost::beast::error::timeout, none);
+    BOOST_TEST((timeout.what == kind::retry));
+    BOOST_TEST(timeout.maybe_delivered);
+    BOOST_TEST(webhook::classify(boost::asio::error::eof, none).maybe_delivered);
+}
+
+BOOST_AUTO_TEST_CASE(a_webhook_body_carries_the_key_and_the_text) {
+    outbox_item o;
+    o.key = "ob_1";
+    o.session_id = "s1";
+    o.turn_id = "t_1";
+    o.recipient = "crm";
+    o.text = "hi \"there\"";
+    o.attempts = 2;
+    o.uncertain = true;
+    o.created_at = 1'700'000'000'000;
+    auto body = boost::json::parse(webhook::request_body(o)).as_object();
+    BOOST_TEST(body.at("key").as_string() == "ob_1");
+    BOOST_TEST(body.at("target").as_string() == "crm");
+    BOOST_TEST(body.at("text").as_string() == "hi \"there\"");
+    BOOST_TEST(body.at("attempt").as_int64() == 2);
+    BOOST_TEST(body.at("uncertain").as_bool());
+    BOOST_TEST(body.at("created_at").as_string() == "2023-11-14T22:13:20.000Z");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
