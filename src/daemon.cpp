@@ -9,7 +9,10 @@
 #include <baton/runtime.hpp>
 
 #include "channels/schedule/channel.hpp"
+#include "channels/webhook/channel.hpp"
 #include "channels/ws/channel.hpp"
+
+#include <baton/delivery.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -114,6 +117,14 @@ int run_daemon(const serve_options& opts) {
         websocket = std::make_unique<ws::channel>(rt, wo);
         fw->register_plugin(websocket->make_plugin());
     }
+    // Pushing channels: their replies go through the outbox's delivery workers.
+    delivery outbox(ioc.get_executor(), rt);
+    if (!cfg.channels.webhook_targets.empty())
+        outbox.add_channel(std::make_shared<webhook::channel>(
+            cfg.channels.webhook_targets, parts.http,
+            static_cast<std::size_t>(cfg.channels.webhook_max_concurrency)));
+    fw->register_plugin(outbox.make_plugin());
+    // Schedules: timed messages into their sessions, started once recovery is done.
     std::unique_ptr<schedule::channel> schedules;
     if (!cfg.channels.schedules.empty())
         schedules = std::make_unique<schedule::channel>(ioc.get_executor(), rt, cfg.channels.schedules);
@@ -138,6 +149,8 @@ int run_daemon(const serve_options& opts) {
 
     int exit_code = 0;
     try {
+        // Items left by the last process first (sending -> uncertain), then the turns it left.
+        asio::co_spawn(ioc, outbox.start(), asio::use_future).get();
         auto recovered = asio::co_spawn(ioc, rt.recover(), asio::use_future);
         recovered.get();
     } catch (const std::exception& e) {
@@ -171,6 +184,11 @@ int run_daemon(const serve_options& opts) {
         }
         // After the drain, so that replies of the turns that finished meanwhile were sent.
         if (websocket) websocket->stop();
+        try {
+            asio::co_spawn(ioc, outbox.stop(std::chrono::seconds(5)), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("stopping delivery failed", {{"error", e.what()}});
+        }
     }
     work.reset();
     ioc.stop();
