@@ -313,9 +313,31 @@ bool is_schedule_name(std::string_view s) {
     return !s.empty() && s.size() <= 64 && detail::is_session_id(s);
 }
 
+// A schedule's "deliver": {"channel", "to"}, checked against the channels this config can reach.
+void read_schedule_deliver(config_errors& e, const json::value& v, std::string path, const config& cfg,
+                           schedule_config& out) {
+    object_reader o(e, v, std::move(path), {"channel", "to"});
+    if (!o) return;
+    std::string channel, to;
+    if (!o.require("channel") || !o.read_text("channel", channel)) return;
+    bool has_to = o.has("to") && o.read_text("to", to);
+    if (channel == "webhook") {
+        if (!o.require("to")) return;
+        if (has_to && cfg.channels.webhook_targets.count(to) == 0)
+            o.fail("to", "unknown webhook target \"" + to + "\"");
+    } else if (channel != "http" && channel != "ws" && channel != "telegram") {
+        o.fail("channel", "expected http, ws, webhook or telegram");
+        return;
+    }
+    json::object d{{"channel", channel}};
+    if (has_to) d["to"] = to;
+    out.deliver = std::move(d);
+}
+
 void read_schedule(config_errors& e, const json::value& v, std::string path, const config& cfg,
                    schedule_config& out) {
-    object_reader o(e, v, std::move(path), {"name", "every_ms", "cron", "session", "agent", "text"});
+    object_reader o(e, v, std::move(path),
+                    {"name", "every_ms", "cron", "session", "agent", "text", "deliver"});
     if (!o) return;
     if (o.read("name", out.name) && !is_schedule_name(out.name))
         o.fail("name", "expected 1-64 characters of [A-Za-z0-9._:@-]");
@@ -334,6 +356,8 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
     if (o.read("agent", out.agent) && cfg.agents.count(out.agent) == 0)
         o.fail("agent", "unknown agent \"" + out.agent + "\"");
     if (o.require("text")) o.read_text("text", out.text);
+    if (const json::value* d = o.find("deliver"))
+        read_schedule_deliver(e, *d, o.path("deliver"), cfg, out);
 }
 
 // Gives unnamed schedules their derived name, then checks that every name is unique.

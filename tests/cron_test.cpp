@@ -213,6 +213,29 @@ BOOST_AUTO_TEST_CASE(config_checks_cron_text_and_schedule_names) {
                                 {"name": "x", "every_ms": 6, "session": "s", "text": "t"})") ==
                "channels.schedules[1].name: duplicate schedule name \"x\"");
 
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "webhook", "to": "nowhere"}})") ==
+               "channels.schedules[0].deliver.to: unknown webhook target \"nowhere\"");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "webhook"}})") ==
+               "channels.schedules[0].deliver.to: required");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "pigeon"}})") ==
+               "channels.schedules[0].deliver.channel: expected http, ws, webhook or telegram");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"to": "x", "via": 1}})") ==
+               "channels.schedules[0].deliver.via: unknown key\n"
+               "channels.schedules[0].deliver.channel: required");
+    auto hooked = parse_config(R"({"channels": {
+        "webhook": {"targets": {"crm": {"url": "http://127.0.0.1:9/hook"}}},
+        "schedules": [{"every_ms": 5, "session": "s", "text": "t",
+                       "deliver": {"channel": "webhook", "to": "crm"}},
+                      {"every_ms": 5, "session": "s", "text": "t"}]}})");
+    BOOST_TEST_REQUIRE(hooked.errors.empty());
+    BOOST_TEST(json::serialize(hooked.cfg.channels.schedules[0].deliver) ==
+               R"({"channel":"webhook","to":"crm"})");
+    BOOST_TEST(hooked.cfg.channels.schedules[1].deliver.is_null());
+
     auto r = parse_config(R"({"channels": {"schedules": [
         {"every_ms": 1000, "session": "s", "text": "t"},
         {"every_ms": 1000, "session": "s", "text": "t"},

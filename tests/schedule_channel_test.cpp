@@ -5,6 +5,7 @@
 #include "channels/schedule/channel.hpp"
 #include "tests/daemon_fixture.hpp"
 #include "tests/utc_time.hpp"
+#include "tests/webhook_receiver.hpp"
 
 #include <baton/log.hpp>
 #include <baton/model.hpp>
@@ -121,10 +122,13 @@ schedule::options clock_at(time_ms fake_start) {
 // ---- against the real daemon ----
 
 struct schedule_daemon : daemon_fixture {
-    explicit schedule_daemon(json::array schedules) : daemon_fixture(deferred{}) {
+    // `channels` holds other channels' config (e.g. "webhook").
+    explicit schedule_daemon(json::array schedules, json::object channels = {})
+        : daemon_fixture(deferred{}) {
+        channels["schedules"] = std::move(schedules);
         json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
                          {"agents", {{"default", {{"model", {{"provider", "echo"}}}}}}},
-                         {"channels", {{"schedules", std::move(schedules)}}}};
+                         {"channels", std::move(channels)}};
         config_path = write_file("baton.json", json::serialize(cfg));
         start({"--config", config_path.string()});
     }
@@ -395,6 +399,20 @@ BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {
     auto t0 = std::chrono::steady_clock::now();
     BOOST_TEST(d.stop() == 0);
     BOOST_TEST((std::chrono::steady_clock::now() - t0 < 3s));
+}
+
+BOOST_AUTO_TEST_CASE(a_schedule_delivers_its_reply_where_it_says) {
+    webhook_receiver hook;
+    auto push = every_schedule("push", 300, "sched:push");
+    push["deliver"] = {{"channel", "webhook"}, {"to", "crm"}};
+    schedule_daemon d(json::array{push}, {{"webhook", {{"targets", {{"crm", {{"url", hook.url()}}}}}}}});
+    BOOST_TEST_REQUIRE(hook.wait_delivered(1, 10s), d.log());
+    const auto requests = hook.requests();
+    const auto& body = requests.at(0).body;
+    BOOST_TEST_REQUIRE(body.is_object());
+    BOOST_TEST(string_at(body.as_object(), "session_id") == "sched:push");
+    BOOST_TEST(string_at(body.as_object(), "target") == "crm");
+    BOOST_TEST(string_at(body.as_object(), "text") == "echo: report");
 }
 
 BOOST_AUTO_TEST_CASE(missed_fires_during_downtime_fire_once_at_restart) {

@@ -102,9 +102,11 @@ asio::awaitable<void> fire(runtime& rt, const schedule_config& c, time_ms slot) 
     req.agent = c.agent;
     req.channel = "schedule";
     req.text = c.text;
+    req.deliver = c.deliver;
     req.metadata = {{"schedule", c.name}, {"fire_at", format_time(slot)}};
     req.idem.key = fire_key(c.name, slot);
-    req.idem.fingerprint = sha256_hex(c.session + "\n" + c.agent + "\n" + c.text);
+    req.idem.fingerprint =
+        sha256_hex(c.session + "\n" + c.agent + "\n" + c.text + "\n" + json::serialize(c.deliver));
     auto f = about(c);
     f["fire_at"] = format_time(slot);
     try {

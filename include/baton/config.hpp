@@ -109,6 +109,9 @@ struct schedule_config {
     std::string session;
     std::string agent = "default";
     std::string text;
+    // Where the reply goes, as a message's "deliver": null (the turn record only) or
+    // {"channel", "to"} (e.g. a webhook target).
+    boost::json::value deliver;
 };
 
 struct channels_config {
