@@ -8,6 +8,7 @@
 #include <baton/openai_client.hpp>
 #include <baton/runtime.hpp>
 
+#include "channels/telegram/channel.hpp"
 #include "channels/ws/channel.hpp"
 
 #include <boost/asio/co_spawn.hpp>
@@ -113,6 +114,22 @@ int run_daemon(const serve_options& opts) {
         websocket = std::make_unique<ws::channel>(rt, wo);
         fw->register_plugin(websocket->make_plugin());
     }
+    // Telegram: the poller admits chat messages; the sender is the outbound half (sendMessage).
+    std::unique_ptr<telegram::poller> telegram_poller;
+    std::shared_ptr<outbound_channel> telegram_sender;
+    if (cfg.channels.telegram_token_env) {
+        std::string why;
+        auto to = telegram::options_from(cfg.channels, why);
+        if (!to) {
+            std::cerr << "baton: " << why << "\n";
+            return 2;
+        }
+        telegram_sender = telegram::make_sender(parts.http, *to);
+        // Replies to deliver.channel "telegram" are accepted (delivery.add_channel does this once
+        // the delivery workers are wired; then this line goes).
+        rt.add_route("telegram", [s = telegram_sender](std::string_view chat) { return s->check_recipient(chat); });
+        telegram_poller = std::make_unique<telegram::poller>(ioc.get_executor(), rt, parts.http, *to);
+    }
     std::atomic<bool> ready{false};
     http_server_options hopts;
     hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
@@ -143,6 +160,7 @@ int run_daemon(const serve_options& opts) {
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
     if (exit_code == 0) {
         server.start();
+        if (telegram_poller) telegram_poller->start();
         ready.store(true);
         auto local = server.local_endpoint();
         std::cout << "listening on http://" << url_host(local) << ":" << local.port() << std::endl;
@@ -157,6 +175,12 @@ int run_daemon(const serve_options& opts) {
         int sig = stop_signal.get_future().get();
         log::info("draining", {{"signal", sig}, {"running_turns", rt.running_turns()}});
         server.stop();
+        try {
+            // No new chat messages while draining; what the debounce holds stays stored.
+            if (telegram_poller) asio::co_spawn(ioc, telegram_poller->stop(), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("telegram: stop failed", {{"error", e.what()}});
+        }
         try {
             asio::co_spawn(ioc, rt.drain(std::chrono::seconds(10)), asio::use_future).get();
         } catch (const std::exception& e) {
