@@ -192,8 +192,15 @@ void check_agent_tools(const object_reader& o, const agent_config& a, const conf
 void read_agent(config_errors& e, const json::value& v, std::string path, const config& cfg,
                 agent_config& out) {
     object_reader o(e, v, std::move(path),
-                    {"model", "instructions", "tools", "limits", "context", "admission"});
+                    {"model", "instructions", "tools", "limits", "context", "admission", "on_abandoned"});
     if (!o) return;
+    std::string abandoned;
+    if (o.read("on_abandoned", abandoned)) {
+        if (abandoned == "rerun" || abandoned == "fail")
+            out.rerun_abandoned = abandoned == "rerun";
+        else
+            o.fail("on_abandoned", "expected one of: fail, rerun");
+    }
     if (const json::value* m = o.find("model")) read_model(e, *m, o.path("model"), out.model);
     o.read("instructions", out.instructions);
     if (o.read("tools", out.tools)) check_agent_tools(o, out, cfg);
@@ -245,15 +252,35 @@ void read_agents(config_errors& e, const json::value& v, config& cfg) {
 }
 
 void read_webhook(config_errors& e, const json::value& v, std::string path, channels_config& out) {
-    object_reader o(e, v, std::move(path), {"targets"});
+    object_reader o(e, v, std::move(path), {"targets", "max_concurrency"});
+    o.read("max_concurrency", out.webhook_max_concurrency, 1, 1024);
     const json::object* targets = o.object("targets");
     if (targets == nullptr) return;
     for (const auto& [key, value] : *targets) {
         std::string name(key.data(), key.size());
-        object_reader t(e, value, detail::child_path(o.path("targets"), name), {"url", "timeout_ms"});
+        object_reader t(e, value, detail::child_path(o.path("targets"), name),
+                        {"url", "timeout_ms", "headers"});
         webhook_target& target = out.webhook_targets[name];
+        if (name.empty()) t.fail("", "target name must not be empty");
         if (t.require("url")) read_url(t, "url", target.url);
         t.read("timeout_ms", target.timeout);
+        const json::object* headers = t.object("headers");
+        if (headers == nullptr) continue;
+        for (const auto& [hk, hv] : *headers) {
+            std::string hname(hk.data(), hk.size());
+            std::string hpath = detail::child_path(t.path("headers"), hname);
+            bool token = !hname.empty() && std::all_of(hname.begin(), hname.end(), [](char c) {
+                return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+            });
+            if (!token)
+                e.push_back({hpath, "header name must be letters, digits, '-' or '_'"});
+            else if (!hv.is_string())
+                e.push_back({hpath, "expected string"});
+            else if (hv.get_string().find_first_of("\r\n") != json::string::npos)
+                e.push_back({hpath, "header value must not contain a line break"});
+            else
+                target.headers[hname] = std::string(hv.get_string());
+        }
     }
 }
 

@@ -9,7 +9,10 @@
 #include <baton/runtime.hpp>
 
 #include "channels/telegram/channel.hpp"
+#include "channels/webhook/channel.hpp"
 #include "channels/ws/channel.hpp"
+
+#include <baton/delivery.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
@@ -114,9 +117,14 @@ int run_daemon(const serve_options& opts) {
         websocket = std::make_unique<ws::channel>(rt, wo);
         fw->register_plugin(websocket->make_plugin());
     }
-    // Telegram: the poller admits chat messages; the sender is the outbound half (sendMessage).
+    // Pushing channels: their replies go through the outbox's delivery workers.
+    delivery outbox(ioc.get_executor(), rt);
+    if (!cfg.channels.webhook_targets.empty())
+        outbox.add_channel(std::make_shared<webhook::channel>(
+            cfg.channels.webhook_targets, parts.http,
+            static_cast<std::size_t>(cfg.channels.webhook_max_concurrency)));
+    // Telegram: the poller admits chat messages; the sender (sendMessage) delivers the replies.
     std::unique_ptr<telegram::poller> telegram_poller;
-    std::shared_ptr<outbound_channel> telegram_sender;
     if (cfg.channels.telegram_token_env) {
         std::string why;
         auto to = telegram::options_from(cfg.channels, why);
@@ -124,12 +132,10 @@ int run_daemon(const serve_options& opts) {
             std::cerr << "baton: " << why << "\n";
             return 2;
         }
-        telegram_sender = telegram::make_sender(parts.http, *to);
-        // Replies to deliver.channel "telegram" are accepted (delivery.add_channel does this once
-        // the delivery workers are wired; then this line goes).
-        rt.add_route("telegram", [s = telegram_sender](std::string_view chat) { return s->check_recipient(chat); });
+        outbox.add_channel(telegram::make_sender(parts.http, *to));
         telegram_poller = std::make_unique<telegram::poller>(ioc.get_executor(), rt, parts.http, *to);
     }
+    fw->register_plugin(outbox.make_plugin());
     std::atomic<bool> ready{false};
     http_server_options hopts;
     hopts.max_body_bytes = static_cast<std::size_t>(cfg.server.max_body_bytes);
@@ -151,6 +157,8 @@ int run_daemon(const serve_options& opts) {
 
     int exit_code = 0;
     try {
+        // Items left by the last process first (sending -> uncertain), then the turns it left.
+        asio::co_spawn(ioc, outbox.start(), asio::use_future).get();
         auto recovered = asio::co_spawn(ioc, rt.recover(), asio::use_future);
         recovered.get();
     } catch (const std::exception& e) {
@@ -188,6 +196,11 @@ int run_daemon(const serve_options& opts) {
         }
         // After the drain, so that replies of the turns that finished meanwhile were sent.
         if (websocket) websocket->stop();
+        try {
+            asio::co_spawn(ioc, outbox.stop(std::chrono::seconds(5)), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("stopping delivery failed", {{"error", e.what()}});
+        }
     }
     work.reset();
     ioc.stop();

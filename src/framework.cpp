@@ -172,8 +172,11 @@ asio::awaitable<void> framework::render_outbound(turn_context& ctx) {
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it) {
         if (!it->render_outbound) continue;
         auto items = co_await it->render_outbound(ctx);
-        for (auto& item : items)
+        for (auto& item : items) {
+            // The item's place among the turn's items: part of its outbox key.
+            item.index = static_cast<std::int64_t>(ctx.outbox.size());
             ctx.outbox.push_back(std::move(item));
+        }
     }
 }
 

@@ -29,7 +29,8 @@ json::object to_json(const outbox_item& o) {
             {"channel", o.channel},
             {"status", to_string(o.status)},
             {"attempts", o.attempts},
-            {"uncertain", o.uncertain}};
+            {"uncertain", o.uncertain},
+            {"last_error", o.last_error.empty() ? json::value(nullptr) : json::value(o.last_error)}};
 }
 
 // Each part is length-prefixed, so ("a:b", "c") and ("a", "b:c") cannot collide.

@@ -443,7 +443,8 @@ asio::awaitable<std::size_t> runtime::recover() {
     auto turns = co_await fw_.db().run(list);
     std::vector<std::shared_ptr<session_actor>> to_kick;
     for (auto& rec : turns) {
-        if (rec.status == turn_status::running) {
+        const agent* ag = fw_.find_agent(rec.agent);
+        if (rec.status == turn_status::running && !(ag && ag->config.rerun_abandoned)) {
             rec.status = turn_status::failed;
             rec.error = error_info{"abandoned", "the daemon stopped while this turn was running"};
             rec.finished_at = now_ms();
@@ -451,6 +452,9 @@ asio::awaitable<std::size_t> runtime::recover() {
             co_await fw_.db().run(std::move(finish));
             continue;
         }
+        // Queued, or mid-run under an agent that runs such turns again (`on_abandoned: rerun`).
+        rec.status = turn_status::queued;
+        rec.started_at.reset();
         to_kick.push_back(impl_->actors.requeue(rec));
     }
     for (auto& a : to_kick)

@@ -267,6 +267,21 @@ BOOST_AUTO_TEST_CASE(channels) {
                "channels.webhook.targets.crm.url: expected an http:// or https:// URL");
     BOOST_TEST(errors_of(R"({"channels": {"telegram": {}}})") ==
                "channels.telegram.token_env: required");
+    BOOST_TEST(
+        errors_of(R"({"channels": {"webhook": {"max_concurrency": 0, "targets": {"crm": {)"
+                  R"("url": "http://h/x", "headers": {"X-Ok": "1", "Bad Name": "v", "X-N": 1}}}}}})") ==
+        "channels.webhook.max_concurrency: must be between 1 and 1024\n"
+        "channels.webhook.targets.crm.headers[\"Bad Name\"]: header name must be letters, digits, "
+        "'-' or '_'\nchannels.webhook.targets.crm.headers.X-N: expected string");
+    auto hook = baton::parse_config(
+        R"({"channels": {"webhook": {"targets": {"crm": {"url": "http://h/x", "headers": {"Authorization": "Bearer t"}}}}}})");
+    BOOST_TEST(hook.errors.empty());
+    BOOST_TEST(hook.cfg.channels.webhook_targets.at("crm").headers.at("Authorization") == "Bearer t");
+    BOOST_TEST(errors_of(R"({"agents": {"a": {"on_abandoned": "retry"}}})") ==
+               "agents.a.on_abandoned: expected one of: fail, rerun");
+    BOOST_TEST(baton::parse_config(R"({"agents": {"a": {"on_abandoned": "rerun"}}})")
+                   .cfg.agents.at("a")
+                   .rerun_abandoned);
     auto tg = baton::parse_config(
         R"({"channels": {"telegram": {"token_env": "T", "allow_chats": [-1001, "7"]}}})");
     BOOST_TEST(tg.errors.empty());

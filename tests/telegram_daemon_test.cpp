@@ -1,8 +1,9 @@
 // The Telegram channel through the real daemon (`baton serve`) against the fake Bot API server:
 // chat messages become turns of `telegram:<chat_id>`, allow_chats, the offset and the held
-// debounce buffer surviving stops and SIGKILL (no update lost, none run twice), debounce and
-// commands, getUpdates failures (server down, 429 retry_after, a wrong token) that never take
-// the daemon down, and a drain that does not wait for the long poll.
+// debounce buffer surviving stops and SIGKILL (no update lost, none run twice), replies through
+// sendMessage (chunked, paced, 429 and 403), debounce and commands, getUpdates failures (server
+// down, 429 retry_after, a wrong token) that never take the daemon down, and a drain that does not
+// wait for the long poll.
 #include "tests/daemon_fixture.hpp"
 #include "tests/fake_telegram.hpp"
 
@@ -108,6 +109,13 @@ BOOST_AUTO_TEST_CASE(a_chat_message_becomes_a_turn_of_its_session) {
     BOOST_TEST(string_at(rec, "session_id") == "telegram:42");
     BOOST_TEST(string_at(rec, "reply") == "echo: hello bot");
     BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"hello bot"}));
+    // The reply goes back to the chat through the outbox.
+    BOOST_TEST_REQUIRE(tg.wait_sent(1, 10s), d.log());
+    BOOST_TEST(tg.sent()[0].chat_id == "42");
+    BOOST_TEST(tg.sent()[0].text == "echo: hello bot");
+    auto items = body_object(d.request("GET", "/v1/outbox")).at("items").as_array();
+    BOOST_REQUIRE_EQUAL(items.size(), 1u);
+    BOOST_TEST(items[0].at("channel").as_string() == "telegram");
     d.wait_past(id);
     // A group chat (negative id) is a session of its own.
     tg.push_message(-1001234, "group hi");
@@ -236,6 +244,58 @@ BOOST_AUTO_TEST_CASE(a_wrong_token_is_reported_and_retried_slowly) {
     BOOST_TEST(log.find("refused the bot token") != std::string::npos, log);
     d.check_log_has_no_token();
     BOOST_TEST(d.stop() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_long_reply_arrives_as_ordered_paced_chunks) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"send_interval_ms", 200}});
+    std::string text;
+    for (int i = 0; text.size() < 9000; ++i)
+        text += "line " + std::to_string(i) + " of a long message\n";
+    tg.push_message(42, text);
+    auto view = d.wait_turns(42, 1);
+    auto reply = string_at(d.wait_for_turn(string_at(view, "last_turn_id"), {"completed"}), "reply");
+    BOOST_TEST_REQUIRE(reply.size() > 8192u);
+    BOOST_TEST_REQUIRE(tg.wait_sent(3, 15s), d.log());
+    std::this_thread::sleep_for(300ms); // nothing more comes
+    auto sent = tg.sent();
+    BOOST_TEST(sent.size() == 3u);
+    std::string joined;
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+        BOOST_TEST(sent[i].chat_id == "42");
+        BOOST_TEST(sent[i].text.size() <= 4096u); // ASCII: bytes are characters
+        joined += sent[i].text;
+        if (i > 0) BOOST_TEST((sent[i].at - sent[i - 1].at >= 190ms));
+    }
+    BOOST_TEST(joined == reply);
+}
+
+BOOST_AUTO_TEST_CASE(send_message_429_waits_and_403_gives_up) {
+    fake_telegram tg(token);
+    tg.block_chat(666);
+    telegram_daemon d(tg);
+    tg.fail_next("sendMessage", 1, 429, "Too Many Requests: retry after 2", 2);
+    auto t0 = std::chrono::steady_clock::now();
+    tg.push_message(42, "slow down");
+    BOOST_TEST_REQUIRE(tg.wait_sent(1, 15s), d.log());
+    // The outbox backoff alone would retry after 1 s.
+    BOOST_TEST((tg.sent()[0].at - t0 >= 2s));
+    BOOST_TEST(tg.sent()[0].text == "echo: slow down");
+    // A chat that blocked the bot: the item fails at once with Telegram's reason.
+    tg.push_message(666, "are you there");
+    d.wait_turns(666, 1);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    json::array failed;
+    while (failed.empty() && std::chrono::steady_clock::now() < deadline) {
+        failed = body_object(d.request("GET", "/v1/outbox?status=failed")).at("items").as_array();
+        std::this_thread::sleep_for(20ms);
+    }
+    BOOST_REQUIRE_EQUAL(failed.size(), 1u);
+    BOOST_TEST(string_at(failed[0].as_object(), "session_id") == "telegram:666");
+    BOOST_TEST(string_at(failed[0].as_object(), "last_error").find("blocked") != std::string::npos);
+    BOOST_TEST(int_at(failed[0].as_object(), "attempts") == 1);
+    BOOST_TEST(tg.calls("sendMessage") == 3u); // 429, the retry, the 403: nothing more
+    d.check_log_has_no_token();
 }
 
 BOOST_AUTO_TEST_CASE(serve_refuses_to_start_without_the_token) {

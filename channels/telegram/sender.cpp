@@ -52,7 +52,11 @@ public:
                                     send_message_body(item.recipient, item.text), opts_.send_timeout);
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
         // The error text names the failure only: the URL holds the token.
-        if (ec) co_return send_outcome::again("sendMessage: " + ec.message());
+        if (ec == asio::error::connection_refused || ec == asio::error::host_unreachable ||
+            ec == asio::error::network_unreachable)
+            co_return send_outcome::again("sendMessage: " + ec.message());
+        // A timeout or a reset may come after Telegram showed the message: the retry is uncertain.
+        if (ec) co_return send_outcome::unanswered("sendMessage: " + ec.message());
         auto outcome = parse_send_message(res.status, res.body);
         if (outcome.what != send_outcome::kind::delivered)
             log::warn("telegram: sendMessage not delivered",

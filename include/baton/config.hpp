@@ -58,6 +58,9 @@ struct agent_config {
     limits_config limits;
     context_config context;
     admission_config admission;
+    // A turn found mid-run at start (the daemon died under it): `fail` ends it failed with
+    // error.code "abandoned"; `rerun` runs it again from its stored message.
+    bool rerun_abandoned = false;
 };
 
 struct tool_config {
@@ -94,6 +97,7 @@ struct storage_config {
 struct webhook_target {
     std::string url;
     milliseconds timeout{10000};
+    std::map<std::string, std::string> headers; // sent with every POST (e.g. Authorization)
 };
 
 struct schedule_config {
@@ -111,6 +115,7 @@ struct channels_config {
     std::int64_t ws_max_queued_frames = 4096;
     milliseconds ws_idle_timeout{60000};
     std::map<std::string, webhook_target> webhook_targets;
+    std::int64_t webhook_max_concurrency = 8; // POSTs in flight at once, over all targets
     std::optional<std::string> telegram_token_env;
     std::string telegram_api_base = "https://api.telegram.org";
     std::vector<std::string> telegram_allow_chats;

@@ -29,14 +29,18 @@ namespace baton {
 struct send_outcome {
     enum class kind { delivered, retry, failed };
     kind what = kind::delivered;
-    std::string error;                               // retry, failed: why (kept as last_error)
+    std::string error;                                    // retry, failed: why (kept as last_error)
     std::optional<std::chrono::milliseconds> retry_after; // the peer's hint (Retry-After)
+    // The request may have reached the recipient although no answer came (a timeout, a reset
+    // after sending): the next attempt is flagged `uncertain`, as after a crash.
+    bool maybe_delivered = false;
 
     static send_outcome ok() { return {}; }
     static send_outcome again(std::string why, std::optional<std::chrono::milliseconds> after = {}) {
-        return {kind::retry, std::move(why), after};
+        return {kind::retry, std::move(why), after, false};
     }
-    static send_outcome give_up(std::string why) { return {kind::failed, std::move(why), {}}; }
+    static send_outcome unanswered(std::string why) { return {kind::retry, std::move(why), {}, true}; }
+    static send_outcome give_up(std::string why) { return {kind::failed, std::move(why), {}, false}; }
 };
 
 // A channel that pushes items to a recipient. send() is called by the delivery workers, at most
@@ -64,9 +68,9 @@ public:
 // The retry budget: after the n-th failed attempt the item waits backoff[n-1]; after the last one
 // it is `failed`. Default 1 s, 5 s, 25 s, 120 s, 600 s: six attempts in all.
 struct retry_policy {
-    std::vector<std::chrono::milliseconds> backoff{
-        std::chrono::seconds(1), std::chrono::seconds(5), std::chrono::seconds(25),
-        std::chrono::seconds(120), std::chrono::seconds(600)};
+    std::vector<std::chrono::milliseconds> backoff{std::chrono::seconds(1), std::chrono::seconds(5),
+                                                   std::chrono::seconds(25), std::chrono::seconds(120),
+                                                   std::chrono::seconds(600)};
 };
 
 // The item once an attempt (already counted in item.attempts) came to `o` at `now`: delivered;
@@ -102,8 +106,9 @@ public:
     // Returns how many items it queued.
     asio::awaitable<std::size_t> start();
 
-    // No new attempts start; sends in flight are left to finish or be aborted with the io_context.
-    void stop();
+    // No new attempts start (the stored items wait for the next start); completes when the sends
+    // in flight have finished or `grace` has passed (those left are `sending`: `uncertain` later).
+    asio::awaitable<void> stop(std::chrono::milliseconds grace);
 
     // Items being sent or waiting in memory (tests, metrics).
     std::size_t in_flight() const;

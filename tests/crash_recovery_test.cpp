@@ -1,0 +1,200 @@
+// Crash recovery with real processes (issue 6): the daemon takes a stream of messages whose replies
+// go to a webhook receiver, is killed with SIGKILL at random moments several times and restarted on
+// the same data. Afterwards every accepted message has reached a terminal turn, every completed
+// turn's reply was delivered, a reply received twice carries the same key and is flagged
+// uncertain, and the SQLite file passes its integrity check after each kill.
+#include "tests/daemon_fixture.hpp"
+#include "tests/model_daemon.hpp"
+#include "tests/webhook_receiver.hpp"
+
+#include <sqlite3.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+using namespace baton::test;
+
+namespace {
+
+std::string integrity_of(const std::filesystem::path& db) {
+    sqlite3* raw = nullptr;
+    if (sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+        std::string e = raw ? sqlite3_errmsg(raw) : "cannot open";
+        sqlite3_close(raw);
+        return e;
+    }
+    std::string out;
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW)
+            out += reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    } else {
+        out = sqlite3_errmsg(raw);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(raw);
+    return out;
+}
+
+// Posts messages (round robin over a few sessions) until the daemon goes away or `stop` is set;
+// returns the turn ids it got a 202 for.
+std::vector<std::string> post_until_gone(const daemon_fixture& d, std::atomic<bool>& stop, int offset) {
+    std::vector<std::string> accepted;
+    auto conn = d.connect(2s);
+    for (int i = offset; !stop.load(); ++i) {
+        json::object body{{"text", "m" + std::to_string(i)},
+                          {"deliver", json::object{{"channel", "webhook"}, {"to", "crm"}}}};
+        auto sid = "crash-" + std::to_string(i % 8);
+        if (!conn.write(
+                format_request("POST", "/v1/sessions/" + sid + "/messages", json::serialize(body))))
+            break;
+        auto r = conn.read_response();
+        if (!r) break;
+        if (r->status == 202) accepted.push_back(string_at(r->json.as_object(), "turn_id"));
+    }
+    return accepted;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(crash_recovery)
+
+BOOST_AUTO_TEST_CASE(sigkill_at_random_points_loses_no_message_and_no_reply) {
+    auto seed = std::random_device{}();
+    BOOST_TEST_MESSAGE("seed " << seed);
+    std::mt19937 rng(seed);
+    webhook_receiver receiver;
+    // A short random delay widens the window between sending a reply and recording it.
+    std::mutex rng_mutex;
+    receiver.answer_with([&](const recorded_request&) {
+        std::lock_guard lock(rng_mutex);
+        return receiver_answer{200, {}, std::chrono::milliseconds(rng() % 15)};
+    });
+    daemon_fixture d(daemon_fixture::deferred{});
+    json::object cfg{
+        {"agents", json::object{{"default", json::object{}}}},
+        {"channels",
+         json::object{
+             {"webhook",
+              json::object{{"targets", json::object{{"crm", json::object{{"url", receiver.url()},
+                                                                         {"timeout_ms", 5000}}}}}}}}}};
+    auto config = d.write_file("baton.json", json::serialize(cfg));
+    const auto db = d.data_dir() / "baton.db";
+
+    std::vector<std::string> accepted;
+    const int rounds = 5;
+    for (int round = 0; round < rounds; ++round) {
+        d.start({"--config", config.string()});
+        std::atomic<bool> stop{false};
+        std::vector<std::string> got;
+        std::thread client([&] { got = post_until_gone(d, stop, round * 100000); });
+        int wait_ms;
+        {
+            std::lock_guard lock(rng_mutex);
+            wait_ms = 100 + static_cast<int>(rng() % 600);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait_ms));
+        BOOST_TEST(d.crash() == 128 + SIGKILL);
+        stop = true;
+        client.join();
+        accepted.insert(accepted.end(), got.begin(), got.end());
+        BOOST_TEST_MESSAGE("round " << round << ": killed after " << wait_ms << " ms, " << got.size()
+                                    << " accepted");
+        BOOST_TEST(integrity_of(db) == "ok");
+    }
+    BOOST_TEST_REQUIRE(accepted.size() >= 50u, "too few messages to mean anything: " << accepted.size());
+
+    // The last start runs what is left and delivers what is pending.
+    d.start({"--config", config.string()});
+    std::map<std::string, std::string> status;
+    for (const auto& tid : accepted)
+        status[tid] = string_at(d.wait_for_turn(tid, terminal_statuses(), 30s), "status");
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    json::array pending;
+    do {
+        pending = body_object(d.request("GET", "/v1/outbox?status=pending")).at("items").as_array();
+        if (pending.empty()) break;
+        std::this_thread::sleep_for(50ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    BOOST_TEST_REQUIRE(pending.empty(), "still pending: " << json::serialize(pending));
+
+    std::map<std::string, json::object> item_of_turn, item_of_key;
+    auto listing = d.request("GET", "/v1/outbox?limit=10000");
+    for (const auto& v : body_object(listing).at("items").as_array()) {
+        const auto& o = v.as_object();
+        item_of_turn[string_at(o, "turn_id")] = o;
+        item_of_key[string_at(o, "key")] = o;
+    }
+    auto delivered = receiver.delivered_keys();
+    std::size_t completed = 0, abandoned = 0, duplicates = 0;
+    for (const auto& [tid, st] : status) {
+        BOOST_TEST((st == "completed" || st == "failed"), tid << " ended " << st);
+        if (st == "failed") ++abandoned;
+        if (st != "completed") continue;
+        ++completed;
+        auto it = item_of_turn.find(tid);
+        BOOST_TEST_REQUIRE((it != item_of_turn.end()), "no outbox item for completed turn " << tid);
+        BOOST_TEST(string_at(it->second, "status") == "delivered", json::serialize(it->second));
+        BOOST_TEST(delivered.count(string_at(it->second, "key")) == 1u,
+                   "reply of " << tid << " never reached the receiver");
+    }
+    for (const auto& [key, times] : delivered) {
+        auto it = item_of_key.find(key);
+        BOOST_TEST_REQUIRE((it != item_of_key.end()), "the receiver got an unknown key " << key);
+        if (times > 1) {
+            ++duplicates;
+            BOOST_TEST(it->second.at("uncertain").as_bool(),
+                       key << " received " << times << " times but not flagged uncertain");
+        }
+    }
+    BOOST_TEST_MESSAGE(accepted.size() << " accepted, " << completed << " completed, " << abandoned
+                                       << " abandoned, " << duplicates << " replies received twice");
+    BOOST_TEST(completed > 0u);
+    BOOST_TEST(integrity_of(db) == "ok");
+}
+
+// A turn the daemon died under ends `failed` with error.code "abandoned"; the messages queued
+// behind it run after the restart, in accept order.
+BOOST_AUTO_TEST_CASE(a_turn_mid_run_is_abandoned_and_the_queue_behind_it_runs_in_order) {
+    model_daemon d;
+    auto slow = fake_reply::completion("never seen");
+    slow.delay = 5s;
+    d.model.push(slow);
+    auto first = d.post("first", "recover-1");
+    d.wait_for_turn(first, {"running"});
+    auto second = d.post("second", "recover-1");
+    auto third = d.post("third", "recover-1");
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("answer two"));
+    d.model.push(fake_reply::completion("answer three"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    auto rec = d.wait_for_turn(first);
+    BOOST_TEST(string_at(rec, "status") == "failed");
+    BOOST_TEST(string_at(rec.at("error").as_object(), "code") == "abandoned");
+    BOOST_TEST(string_at(d.wait_for_turn(second), "reply") == "answer two");
+    BOOST_TEST(string_at(d.wait_for_turn(third), "reply") == "answer three");
+    auto started2 = string_at(d.wait_for_turn(second), "finished_at");
+    auto started3 = string_at(d.wait_for_turn(third), "started_at");
+    BOOST_TEST(started2 <= started3);
+}
+
+BOOST_AUTO_TEST_CASE(an_agent_with_on_abandoned_rerun_runs_the_turn_again) {
+    model_daemon d({}, false, {}, json::object{{"on_abandoned", "rerun"}});
+    auto slow = fake_reply::completion("never seen");
+    slow.delay = 5s;
+    d.model.push(slow);
+    auto tid = d.post("again", "recover-2");
+    d.wait_for_turn(tid, {"running"});
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("second run"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    auto rec = d.wait_for_turn(tid);
+    BOOST_TEST(string_at(rec, "status") == "completed");
+    BOOST_TEST(string_at(rec, "reply") == "second run");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
