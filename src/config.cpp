@@ -300,8 +300,8 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, con
     std::int64_t ms = 0;
     if (o.read("debounce_ms", ms, 0)) out.telegram_debounce = milliseconds(ms);
     if (o.read("send_interval_ms", ms, 0)) out.telegram_send_interval = milliseconds(ms);
-    // The Bot API allows up to 50 s; the HTTP timeout adds a margin to it.
-    o.read("poll_timeout_s", out.telegram_poll_timeout_s, 0, 50);
+    // The Bot API allows 0 to 50 s; 0 (short polling) would call it without a pause.
+    o.read("poll_timeout_s", out.telegram_poll_timeout_s, 1, 50);
     const json::array* chats = o.array("allow_chats");
     if (chats == nullptr) return;
     // Chat ids are integers in the Bot API; strings are accepted too.

@@ -72,7 +72,8 @@ struct fake_telegram::impl {
     unsigned short port = 0;
 
     mutable std::mutex mutex;
-    std::deque<json::object> updates; // not yet confirmed, in update_id order
+    std::deque<json::object> updates;             // not yet confirmed, in update_id order
+    std::map<std::int64_t, json::object> history; // every update ever pushed
     std::int64_t next_update_id = 100;
     std::int64_t next_message_id = 1;
     std::map<std::string, injected> failures;
@@ -246,8 +247,20 @@ std::int64_t fake_telegram::push_message(std::int64_t chat, std::string text, st
                          {"chat", json::object{{"id", chat}, {"type", chat > 0 ? "private" : "group"}}},
                          {"date", 1764504000},
                          {"text", std::move(text)}};
-    impl_->updates.push_back(json::object{{"update_id", id}, {"message", std::move(message)}});
+    json::object update{{"update_id", id}, {"message", std::move(message)}};
+    impl_->history[id] = update;
+    impl_->updates.push_back(std::move(update));
     return id;
+}
+
+void fake_telegram::redeliver(std::int64_t update_id) {
+    std::lock_guard lock(impl_->mutex);
+    auto& q = impl_->updates;
+    auto it = q.begin();
+    while (it != q.end() && it->at("update_id").as_int64() < update_id)
+        ++it;
+    if (it != q.end() && it->at("update_id").as_int64() == update_id) return;
+    q.insert(it, impl_->history.at(update_id));
 }
 
 void fake_telegram::fail_next(std::string method, std::size_t n, unsigned status,

@@ -32,6 +32,8 @@ public:
 
     // Queues a text message from `chat` and returns its update_id (increasing from 100).
     std::int64_t push_message(std::int64_t chat, std::string text, std::string username = "alice");
+    // Serves an update again although it was confirmed (as if the confirming call never came).
+    void redeliver(std::int64_t update_id);
     // The next `n` calls of `method` answer `status` with {"ok": false, "error_code",
     // "description"} and parameters.retry_after when given.
     void fail_next(std::string method, std::size_t n, unsigned status, std::string description,

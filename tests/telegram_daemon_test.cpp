@@ -9,6 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <sqlite3.h>
+
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -170,6 +172,41 @@ BOOST_AUTO_TEST_CASE(no_update_is_lost_or_run_twice_across_stops_and_crashes) {
     std::this_thread::sleep_for(500ms);
     BOOST_TEST(int_at(d.wait_turns(42, pushed), "turns") == pushed);
     BOOST_TEST(tg.queued() == 0u); // every update was confirmed
+}
+
+// Runs one statement on the daemon's SQLite file (the daemon is stopped).
+static void sql(const std::filesystem::path& db, const std::string& statement) {
+    sqlite3* raw = nullptr;
+    BOOST_REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    char* err = nullptr;
+    int rc = sqlite3_exec(raw, statement.c_str(), nullptr, nullptr, &err);
+    std::string message = err ? err : "";
+    sqlite3_free(err);
+    sqlite3_close(raw);
+    BOOST_REQUIRE_MESSAGE(rc == SQLITE_OK, statement << ": " << message);
+}
+
+BOOST_AUTO_TEST_CASE(an_update_fetched_again_is_a_replay_not_a_second_turn) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg);
+    auto first = tg.push_message(42, "only once");
+    d.wait_turns(42, 1);
+    d.wait_past(first);
+    BOOST_TEST(d.stop() == 0);
+    // As if the process had died after accepting the update but before storing the offset, and
+    // Telegram served it again.
+    sql(d.data_dir() / "baton.db",
+        "UPDATE cursors SET value = '" + std::to_string(first) + "' WHERE name = 'telegram.offset'");
+    tg.redeliver(first);
+    auto second = tg.push_message(42, "then this");
+    d.run();
+    d.wait_past(second);
+    auto view = d.wait_turns(42, 2);
+    BOOST_TEST(int_at(view, "turns") == 2);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"only once", "then this"}));
+    BOOST_TEST_REQUIRE(tg.wait_sent(2, 10s));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(tg.sent().size() == 2u); // one reply each
 }
 
 BOOST_AUTO_TEST_CASE(debounce_joins_messages_and_a_command_goes_alone) {
