@@ -287,13 +287,24 @@ void read_webhook(config_errors& e, const json::value& v, std::string path, chan
     }
 }
 
-void read_telegram(config_errors& e, const json::value& v, std::string path, channels_config& out) {
-    object_reader o(e, v, std::move(path), {"token_env", "api_base", "allow_chats"});
+void read_telegram(config_errors& e, const json::value& v, std::string path, const config& cfg,
+                   channels_config& out) {
+    object_reader o(e, v, std::move(path),
+                    {"token_env", "api_base", "allow_chats", "agent", "debounce_ms", "send_interval_ms",
+                     "poll_timeout_s"});
     if (!o) return;
     std::string token_env;
     if (o.require("token_env") && o.read_text("token_env", token_env))
         out.telegram_token_env = token_env;
     read_url(o, "api_base", out.telegram_api_base);
+    if (o.read("agent", out.telegram_agent) && cfg.agents.count(out.telegram_agent) == 0)
+        o.fail("agent", "unknown agent \"" + out.telegram_agent + "\"");
+    // Zero is meaningful for these two (no debounce, no pacing), so not the `*_ms` reader.
+    std::int64_t ms = 0;
+    if (o.read("debounce_ms", ms, 0)) out.telegram_debounce = milliseconds(ms);
+    if (o.read("send_interval_ms", ms, 0)) out.telegram_send_interval = milliseconds(ms);
+    // The Bot API allows 0 to 50 s; 0 (short polling) would call it without a pause.
+    o.read("poll_timeout_s", out.telegram_poll_timeout_s, 1, 50);
     const json::array* chats = o.array("allow_chats");
     if (chats == nullptr) return;
     // Chat ids are integers in the Bot API; strings are accepted too.
@@ -389,7 +400,7 @@ void read_channels(config_errors& e, const json::value& v, const config& cfg, ch
         w.read("idle_timeout_ms", out.ws_idle_timeout);
     }
     if (const json::value* w = o.find("webhook")) read_webhook(e, *w, o.path("webhook"), out);
-    if (const json::value* t = o.find("telegram")) read_telegram(e, *t, o.path("telegram"), out);
+    if (const json::value* t = o.find("telegram")) read_telegram(e, *t, o.path("telegram"), cfg, out);
     if (const json::array* s = o.array("schedules")) {
         out.schedules.assign(s->size(), schedule_config{});
         for (std::size_t i = 0; i < s->size(); ++i)

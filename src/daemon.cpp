@@ -9,6 +9,7 @@
 #include <baton/runtime.hpp>
 
 #include "channels/schedule/channel.hpp"
+#include "channels/telegram/channel.hpp"
 #include "channels/webhook/channel.hpp"
 #include "channels/ws/channel.hpp"
 
@@ -123,6 +124,18 @@ int run_daemon(const serve_options& opts) {
         outbox.add_channel(std::make_shared<webhook::channel>(
             cfg.channels.webhook_targets, parts.http,
             static_cast<std::size_t>(cfg.channels.webhook_max_concurrency)));
+    // Telegram: the poller admits chat messages; the sender (sendMessage) delivers the replies.
+    std::unique_ptr<telegram::poller> telegram_poller;
+    if (cfg.channels.telegram_token_env) {
+        std::string why;
+        auto to = telegram::options_from(cfg.channels, why);
+        if (!to) {
+            std::cerr << "baton: " << why << "\n";
+            return 2;
+        }
+        outbox.add_channel(telegram::make_sender(parts.http, *to));
+        telegram_poller = std::make_unique<telegram::poller>(ioc.get_executor(), rt, parts.http, *to);
+    }
     fw->register_plugin(outbox.make_plugin());
     // Schedules: timed messages into their sessions, started once recovery is done.
     std::unique_ptr<schedule::channel> schedules;
@@ -162,6 +175,7 @@ int run_daemon(const serve_options& opts) {
         // After recovery, so that a catch-up fire queues behind the turns an earlier process left.
         if (schedules) schedules->start();
         server.start();
+        if (telegram_poller) telegram_poller->start();
         ready.store(true);
         auto local = server.local_endpoint();
         std::cout << "listening on http://" << url_host(local) << ":" << local.port() << std::endl;
@@ -177,6 +191,12 @@ int run_daemon(const serve_options& opts) {
         log::info("draining", {{"signal", sig}, {"running_turns", rt.running_turns()}});
         if (schedules) schedules->stop();
         server.stop();
+        try {
+            // No new chat messages while draining; what the debounce holds stays stored.
+            if (telegram_poller) asio::co_spawn(ioc, telegram_poller->stop(), asio::use_future).get();
+        } catch (const std::exception& e) {
+            log::error("telegram: stop failed", {{"error", e.what()}});
+        }
         try {
             asio::co_spawn(ioc, rt.drain(std::chrono::seconds(10)), asio::use_future).get();
         } catch (const std::exception& e) {

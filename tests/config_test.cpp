@@ -286,6 +286,28 @@ BOOST_AUTO_TEST_CASE(channels) {
         R"({"channels": {"telegram": {"token_env": "T", "allow_chats": [-1001, "7"]}}})");
     BOOST_TEST(tg.errors.empty());
     BOOST_TEST((tg.cfg.channels.telegram_allow_chats == std::vector<std::string>{"-1001", "7"}));
+    BOOST_TEST(tg.cfg.channels.telegram_agent == "default");
+    BOOST_TEST(tg.cfg.channels.telegram_debounce.count() == 0);
+    BOOST_TEST(tg.cfg.channels.telegram_send_interval.count() == 1000);
+    BOOST_TEST(tg.cfg.channels.telegram_poll_timeout_s == 25);
+    auto tg2 = baton::parse_config(
+        R"({"agents": {"a": {}}, "channels": {"telegram": {"token_env": "T", "agent": "a",)"
+        R"( "debounce_ms": 1500, "send_interval_ms": 0, "poll_timeout_s": 1}}})");
+    BOOST_TEST(tg2.errors.empty());
+    BOOST_TEST(tg2.cfg.channels.telegram_agent == "a");
+    BOOST_TEST(tg2.cfg.channels.telegram_debounce.count() == 1500);
+    BOOST_TEST(tg2.cfg.channels.telegram_send_interval.count() == 0);
+    BOOST_TEST(tg2.cfg.channels.telegram_poll_timeout_s == 1);
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "agent": "nobody"}}})") ==
+               R"(channels.telegram.agent: unknown agent "nobody")");
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "debounce_ms": -1}}})") ==
+               "channels.telegram.debounce_ms: must be >= 0");
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "poll_timeout_s": 51}}})") ==
+               "channels.telegram.poll_timeout_s: must be between 1 and 50");
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "poll_timeout_s": 0}}})") ==
+               "channels.telegram.poll_timeout_s: must be between 1 and 50");
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "debounce": 1}}})") ==
+               "channels.telegram.debounce: unknown key");
     auto sched = [](std::string body) {
         return errors_of(R"({"channels": {"schedules": [)" + body + "]}}");
     };

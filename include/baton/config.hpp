@@ -125,6 +125,10 @@ struct channels_config {
     std::optional<std::string> telegram_token_env;
     std::string telegram_api_base = "https://api.telegram.org";
     std::vector<std::string> telegram_allow_chats;
+    std::string telegram_agent = "default";    // the agent that answers Telegram chats
+    milliseconds telegram_debounce{0};         // 0: every message is a turn of its own
+    milliseconds telegram_send_interval{1000}; // between two sends to one chat
+    std::int64_t telegram_poll_timeout_s = 25; // getUpdates long-poll timeout (1-50 s)
     std::vector<schedule_config> schedules;
 };
 

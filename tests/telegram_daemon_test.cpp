@@ -1,0 +1,348 @@
+// The Telegram channel through the real daemon (`baton serve`) against the fake Bot API server:
+// chat messages become turns of `telegram:<chat_id>`, allow_chats, the offset and the held
+// debounce buffer surviving stops and SIGKILL (no update lost, none run twice), replies through
+// sendMessage (chunked, paced, 429 and 403), debounce and commands, getUpdates failures (server
+// down, 429 retry_after, a wrong token) that never take the daemon down, and a drain that does not
+// wait for the long poll.
+#include "tests/daemon_fixture.hpp"
+#include "tests/fake_telegram.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <sqlite3.h>
+
+#include <cstdlib>
+#include <random>
+#include <set>
+#include <thread>
+
+using namespace baton::test;
+
+namespace {
+
+const std::string token = "424242:fake-bot-secret";
+const char* const token_env = "TG_TEST_TOKEN";
+
+struct telegram_daemon : daemon_fixture {
+    fake_telegram& tg;
+    std::string config_path;
+
+    explicit telegram_daemon(fake_telegram& f, json::object telegram = {}, bool start_now = true)
+        : daemon_fixture(deferred{}), tg(f) {
+        ::setenv(token_env, token.c_str(), 1);
+        json::object t{{"token_env", token_env}, {"api_base", f.api_base()}};
+        for (auto& kv : telegram)
+            t[kv.key()] = kv.value();
+        json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
+                         {"channels", {{"telegram", std::move(t)}}}};
+        config_path = write_file("baton.json", json::serialize(cfg)).string();
+        if (start_now) run();
+    }
+    void run() { start({"--config", config_path}); }
+
+    std::string sid(std::int64_t chat) const { return "telegram:" + std::to_string(chat); }
+
+    // The session's user messages on its tape, oldest first.
+    std::vector<std::string> user_texts(std::int64_t chat) const {
+        auto r = request("GET", "/v1/sessions/" + sid(chat) + "/tape?limit=1000");
+        std::vector<std::string> out;
+        if (r.status != 200) return out;
+        for (const auto& e : body_object(r).at("entries").as_array()) {
+            const auto& o = e.as_object();
+            if (string_at(o, "kind") != "message") continue;
+            const auto& p = o.at("payload").as_object();
+            if (string_at(p, "role") == "user") out.push_back(string_at(p, "text"));
+        }
+        return out;
+    }
+
+    // Waits until the session has `n` turns and none queued or running; returns its view.
+    json::object wait_turns(std::int64_t chat, std::int64_t n,
+                            std::chrono::milliseconds limit = 15s) const {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        http_response last;
+        for (;;) {
+            last = request("GET", "/v1/sessions/" + sid(chat));
+            if (last.status == 200) {
+                const auto& o = body_object(last);
+                if (int_at(o, "turns") >= n && int_at(o, "queued") == 0 && o.at("busy").is_bool() &&
+                    !o.at("busy").as_bool())
+                    return o;
+            }
+            if (std::chrono::steady_clock::now() >= deadline) break;
+            std::this_thread::sleep_for(20ms);
+        }
+        BOOST_FAIL("session " << sid(chat) << " did not reach " << n << " turns: " << last.status << " "
+                              << last.body << "\nlog:\n"
+                              << log());
+        return {};
+    }
+
+    // Waits until getUpdates has asked for an offset beyond `update_id` (the update is handled and
+    // the offset stored: the poller asks for the next one only after that).
+    void wait_past(std::int64_t update_id, std::chrono::milliseconds limit = 10s) const {
+        auto deadline = std::chrono::steady_clock::now() + limit;
+        for (;;) {
+            auto offsets = tg.offsets();
+            if (!offsets.empty() && offsets.back() > update_id) return;
+            if (std::chrono::steady_clock::now() >= deadline) break;
+            std::this_thread::sleep_for(5ms);
+        }
+        BOOST_FAIL("getUpdates never asked past update " << update_id << "\nlog:\n" << log());
+    }
+
+    void check_log_has_no_token() const {
+        auto text = log();
+        BOOST_TEST(text.find("fake-bot-secret") == std::string::npos, text);
+    }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(telegram_channel)
+
+BOOST_AUTO_TEST_CASE(a_chat_message_becomes_a_turn_of_its_session) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg);
+    auto id = tg.push_message(42, "hello bot", "carol");
+    auto view = d.wait_turns(42, 1);
+    BOOST_TEST(string_at(view, "agent") == "default");
+    auto rec = d.wait_for_turn(string_at(view, "last_turn_id"), {"completed"});
+    BOOST_TEST(string_at(rec, "session_id") == "telegram:42");
+    BOOST_TEST(string_at(rec, "reply") == "echo: hello bot");
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"hello bot"}));
+    // The reply goes back to the chat through the outbox.
+    BOOST_TEST_REQUIRE(tg.wait_sent(1, 10s), d.log());
+    BOOST_TEST(tg.sent()[0].chat_id == "42");
+    BOOST_TEST(tg.sent()[0].text == "echo: hello bot");
+    auto items = body_object(d.request("GET", "/v1/outbox")).at("items").as_array();
+    BOOST_REQUIRE_EQUAL(items.size(), 1u);
+    BOOST_TEST(items[0].at("channel").as_string() == "telegram");
+    d.wait_past(id);
+    // A group chat (negative id) is a session of its own.
+    tg.push_message(-1001234, "group hi");
+    d.wait_turns(-1001234, 1);
+    BOOST_TEST((d.user_texts(-1001234) == std::vector<std::string>{"group hi"}));
+    // The drain cancels the long poll (25 s by default) instead of waiting for it.
+    auto t0 = std::chrono::steady_clock::now();
+    BOOST_TEST(d.stop() == 0);
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));
+    d.check_log_has_no_token();
+}
+
+BOOST_AUTO_TEST_CASE(chats_outside_allow_chats_are_ignored) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"allow_chats", json::array{42}}});
+    tg.push_message(43, "words from a stranger");
+    auto id = tg.push_message(42, "a friend");
+    d.wait_turns(42, 1);
+    d.wait_past(id);
+    BOOST_TEST(d.request("GET", "/v1/sessions/telegram:43").status == 404u);
+    auto log = d.log();
+    BOOST_TEST(log.find("not in allow_chats") != std::string::npos, log);
+    BOOST_TEST(log.find("words from a stranger") == std::string::npos, log);
+}
+
+BOOST_AUTO_TEST_CASE(no_update_is_lost_or_run_twice_across_stops_and_crashes) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"poll_timeout_s", 1}}, false);
+    std::mt19937 rng(std::random_device{}());
+    std::int64_t pushed = 0;
+    for (int round = 0; round < 4; ++round) {
+        for (int i = 0; i < 5; ++i)
+            tg.push_message(42, "m" + std::to_string(pushed++));
+        d.run();
+        std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 300));
+        // Two rounds crash, two drain.
+        if (round % 2 == 0)
+            d.crash();
+        else
+            BOOST_TEST(d.stop() == 0);
+    }
+    d.run();
+    auto view = d.wait_turns(42, pushed);
+    BOOST_TEST(int_at(view, "turns") == pushed, "every update is one turn: " << view);
+    // Turns cut short by a crash end `abandoned` without a tape entry; the others appear once.
+    auto texts = d.user_texts(42);
+    std::set<std::string> unique(texts.begin(), texts.end());
+    BOOST_TEST(unique.size() == texts.size());
+    // Still exactly one turn per update after one more restart.
+    BOOST_TEST(d.stop() == 0);
+    d.run();
+    std::this_thread::sleep_for(500ms);
+    BOOST_TEST(int_at(d.wait_turns(42, pushed), "turns") == pushed);
+    BOOST_TEST(tg.queued() == 0u); // every update was confirmed
+}
+
+// Runs one statement on the daemon's SQLite file (the daemon is stopped).
+static void sql(const std::filesystem::path& db, const std::string& statement) {
+    sqlite3* raw = nullptr;
+    BOOST_REQUIRE(sqlite3_open_v2(db.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK);
+    char* err = nullptr;
+    int rc = sqlite3_exec(raw, statement.c_str(), nullptr, nullptr, &err);
+    std::string message = err ? err : "";
+    sqlite3_free(err);
+    sqlite3_close(raw);
+    BOOST_REQUIRE_MESSAGE(rc == SQLITE_OK, statement << ": " << message);
+}
+
+BOOST_AUTO_TEST_CASE(an_update_fetched_again_is_a_replay_not_a_second_turn) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg);
+    auto first = tg.push_message(42, "only once");
+    d.wait_turns(42, 1);
+    d.wait_past(first);
+    BOOST_TEST(d.stop() == 0);
+    // As if the process had died after accepting the update but before storing the offset, and
+    // Telegram served it again.
+    sql(d.data_dir() / "baton.db",
+        "UPDATE cursors SET value = '" + std::to_string(first) + "' WHERE name = 'telegram.offset'");
+    tg.redeliver(first);
+    auto second = tg.push_message(42, "then this");
+    d.run();
+    d.wait_past(second);
+    auto view = d.wait_turns(42, 2);
+    BOOST_TEST(int_at(view, "turns") == 2);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"only once", "then this"}));
+    BOOST_TEST_REQUIRE(tg.wait_sent(2, 10s));
+    std::this_thread::sleep_for(300ms);
+    BOOST_TEST(tg.sent().size() == 2u); // one reply each
+}
+
+BOOST_AUTO_TEST_CASE(debounce_joins_messages_and_a_command_goes_alone) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"debounce_ms", 400}}, false);
+    tg.push_message(42, "one");
+    tg.push_message(42, "two");
+    tg.push_message(7, "other chat");
+    d.run();
+    d.wait_turns(42, 1);
+    d.wait_turns(7, 1);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"one\ntwo"}));
+    BOOST_TEST((d.user_texts(7) == std::vector<std::string>{"other chat"}));
+    // A command flushes what the chat has held, then runs alone, without waiting.
+    tg.push_message(42, "three");
+    auto t0 = std::chrono::steady_clock::now();
+    tg.push_message(42, "/help");
+    d.wait_turns(42, 3, 5s);
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 400ms));
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"one\ntwo", "three", "/help"}));
+}
+
+BOOST_AUTO_TEST_CASE(a_held_message_survives_a_crash) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"debounce_ms", 20000}});
+    auto id = tg.push_message(42, "held");
+    d.wait_past(id); // held in the store with the offset past it
+    BOOST_TEST(d.request("GET", "/v1/sessions/telegram:42").status == 404u);
+    d.crash();
+    // The restart admits it at once, without waiting for more.
+    d.run();
+    d.wait_turns(42, 1, 5s);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"held"}));
+    BOOST_TEST(tg.queued() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_daemon_stays_up_while_the_bot_api_is_down) {
+    fake_telegram tg(token);
+    tg.go_down(); // connections refused
+    telegram_daemon d(tg);
+    std::this_thread::sleep_for(1500ms);
+    BOOST_TEST(d.request("GET", "/healthz").status == 200u);
+    BOOST_TEST(d.log().find("getUpdates failed") != std::string::npos, d.log());
+    // Back on the same port: the next attempt (backoff 1 s, 2 s, 4 s) gets the message through.
+    tg.come_back();
+    tg.push_message(42, "anyone there?");
+    d.wait_turns(42, 1);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"anyone there?"}));
+    d.check_log_has_no_token();
+}
+
+BOOST_AUTO_TEST_CASE(get_updates_429_retry_after_is_honoured) {
+    fake_telegram tg(token);
+    tg.fail_next("getUpdates", 1, 429, "Too Many Requests: retry after 3", 3);
+    telegram_daemon d(tg, {{"poll_timeout_s", 1}});
+    BOOST_TEST(tg.wait_calls("getUpdates", 1, 5s));
+    // The plain backoff would try again after 1 s; the server asked for 3.
+    std::this_thread::sleep_for(1800ms);
+    BOOST_TEST(tg.calls("getUpdates") == 1u);
+    BOOST_TEST(tg.wait_calls("getUpdates", 2, 5s));
+    tg.push_message(42, "after the pause");
+    d.wait_turns(42, 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_wrong_token_is_reported_and_retried_slowly) {
+    fake_telegram tg("999:the-real-token");
+    telegram_daemon d(tg);
+    std::this_thread::sleep_for(1500ms);
+    BOOST_TEST(tg.unauthorized() == 1u); // the next try waits 30 s
+    BOOST_TEST(d.request("GET", "/healthz").status == 200u);
+    auto log = d.log();
+    BOOST_TEST(log.find("refused the bot token") != std::string::npos, log);
+    d.check_log_has_no_token();
+    BOOST_TEST(d.stop() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_long_reply_arrives_as_ordered_paced_chunks) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg, {{"send_interval_ms", 200}});
+    std::string text;
+    for (int i = 0; text.size() < 9000; ++i)
+        text += "line " + std::to_string(i) + " of a long message\n";
+    tg.push_message(42, text);
+    auto view = d.wait_turns(42, 1);
+    auto reply = string_at(d.wait_for_turn(string_at(view, "last_turn_id"), {"completed"}), "reply");
+    BOOST_TEST_REQUIRE(reply.size() > 8192u);
+    BOOST_TEST_REQUIRE(tg.wait_sent(3, 15s), d.log());
+    std::this_thread::sleep_for(300ms); // nothing more comes
+    auto sent = tg.sent();
+    BOOST_TEST(sent.size() == 3u);
+    std::string joined;
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+        BOOST_TEST(sent[i].chat_id == "42");
+        BOOST_TEST(sent[i].text.size() <= 4096u); // ASCII: bytes are characters
+        joined += sent[i].text;
+        if (i > 0) BOOST_TEST((sent[i].at - sent[i - 1].at >= 190ms));
+    }
+    BOOST_TEST(joined == reply);
+}
+
+BOOST_AUTO_TEST_CASE(send_message_429_waits_and_403_gives_up) {
+    fake_telegram tg(token);
+    tg.block_chat(666);
+    telegram_daemon d(tg);
+    tg.fail_next("sendMessage", 1, 429, "Too Many Requests: retry after 2", 2);
+    auto t0 = std::chrono::steady_clock::now();
+    tg.push_message(42, "slow down");
+    BOOST_TEST_REQUIRE(tg.wait_sent(1, 15s), d.log());
+    // The outbox backoff alone would retry after 1 s.
+    BOOST_TEST((tg.sent()[0].at - t0 >= 2s));
+    BOOST_TEST(tg.sent()[0].text == "echo: slow down");
+    // A chat that blocked the bot: the item fails at once with Telegram's reason.
+    tg.push_message(666, "are you there");
+    d.wait_turns(666, 1);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    json::array failed;
+    while (failed.empty() && std::chrono::steady_clock::now() < deadline) {
+        failed = body_object(d.request("GET", "/v1/outbox?status=failed")).at("items").as_array();
+        std::this_thread::sleep_for(20ms);
+    }
+    BOOST_REQUIRE_EQUAL(failed.size(), 1u);
+    BOOST_TEST(string_at(failed[0].as_object(), "session_id") == "telegram:666");
+    BOOST_TEST(string_at(failed[0].as_object(), "last_error").find("blocked") != std::string::npos);
+    BOOST_TEST(int_at(failed[0].as_object(), "attempts") == 1);
+    BOOST_TEST(tg.calls("sendMessage") == 3u); // 429, the retry, the 403: nothing more
+    d.check_log_has_no_token();
+}
+
+BOOST_AUTO_TEST_CASE(serve_refuses_to_start_without_the_token) {
+    daemon_fixture d(daemon_fixture::deferred{});
+    json::object cfg{{"channels", {{"telegram", {{"token_env", "TG_TEST_TOKEN_NEVER_SET"}}}}}};
+    auto path = d.write_file("baton.json", json::serialize(cfg));
+    auto r = run_baton({"serve", "--config", path.string(), "--listen", "127.0.0.1:0", "--data",
+                        d.data_dir().string()});
+    BOOST_TEST(r.exit_code == 2);
+    BOOST_TEST(r.output.find("TG_TEST_TOKEN_NEVER_SET is not set") != std::string::npos, r.output);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
