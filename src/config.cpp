@@ -332,11 +332,15 @@ void read_schedule_deliver(config_errors& e, const json::value& v, std::string p
     std::string channel, to;
     if (!o.require("channel") || !o.read_text("channel", channel)) return;
     bool has_to = o.has("to") && o.read_text("to", to);
+    if ((channel == "webhook" || channel == "telegram") && !o.require("to")) return;
     if (channel == "webhook") {
-        if (!o.require("to")) return;
         if (has_to && cfg.channels.webhook_targets.count(to) == 0)
             o.fail("to", "unknown webhook target \"" + to + "\"");
-    } else if (channel != "http" && channel != "ws" && channel != "telegram") {
+    } else if (channel == "telegram") {
+        if (!cfg.channels.telegram_token_env) o.fail("channel", "channels.telegram is not configured");
+    } else if (channel == "ws") {
+        if (!cfg.channels.ws_enabled) o.fail("channel", "channels.ws is disabled");
+    } else if (channel != "http") {
         o.fail("channel", "expected http, ws, webhook or telegram");
         return;
     }

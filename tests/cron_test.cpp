@@ -44,11 +44,15 @@ std::string next(std::string_view expr, time_ms t) {
     return n ? format_time(*n) : "never";
 }
 
-std::string config_errors(const std::string& schedules) {
+std::string errors_of(const std::string& config_text) {
     std::string out;
-    for (const auto& e : parse_config(R"({"channels": {"schedules": [)" + schedules + "]}}").errors)
+    for (const auto& e : parse_config(config_text).errors)
         out += (out.empty() ? "" : "\n") + e.to_string();
     return out;
+}
+
+std::string config_errors(const std::string& schedules) {
+    return errors_of(R"({"channels": {"schedules": [)" + schedules + "]}}");
 }
 
 } // namespace
@@ -226,6 +230,14 @@ BOOST_AUTO_TEST_CASE(config_checks_cron_text_and_schedule_names) {
                                  "deliver": {"to": "x", "via": 1}})") ==
                "channels.schedules[0].deliver.via: unknown key\n"
                "channels.schedules[0].deliver.channel: required");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "telegram", "to": "42"}})") ==
+               "channels.schedules[0].deliver.channel: channels.telegram is not configured");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "ws"}})") == "");
+    BOOST_TEST(errors_of(R"({"channels": {"ws": {"enabled": false}, "schedules": [
+        {"every_ms": 5, "session": "s", "text": "t", "deliver": {"channel": "ws"}}]}})") ==
+               "channels.schedules[0].deliver.channel: channels.ws is disabled");
     auto hooked = parse_config(R"({"channels": {
         "webhook": {"targets": {"crm": {"url": "http://127.0.0.1:9/hook"}}},
         "schedules": [{"every_ms": 5, "session": "s", "text": "t",
