@@ -126,6 +126,8 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_points_loses_no_message_and_no_reply) {
     auto listing = d.request("GET", "/v1/outbox?limit=10000");
     for (const auto& v : body_object(listing).at("items").as_array()) {
         const auto& o = v.as_object();
+        // One reply, one item: a turn recovered or re-rendered never enqueues under a second key.
+        BOOST_TEST(item_of_turn.count(string_at(o, "turn_id")) == 0u, "two items for one turn");
         item_of_turn[string_at(o, "turn_id")] = o;
         item_of_key[string_at(o, "key")] = o;
     }
