@@ -1,4 +1,5 @@
 #include "tests/fake_openai.hpp"
+#include "tests/fake_peer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -35,17 +36,6 @@ using asio::ip::tcp;
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-// Server coroutines run on the fake's own thread: report escapes on stderr, not through
-// Boost.Test, which is not thread-safe.
-void report(std::exception_ptr e) {
-    if (!e) return;
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        std::fprintf(stderr, "fake server coroutine failed: %s\n", x.what());
-    }
-}
 
 std::string hex(std::size_t n) {
     char buf[32];
@@ -257,7 +247,7 @@ struct fake_openai::impl {
             auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
             if (ec) co_return;
             ++connections;
-            asio::co_spawn(ctx, serve(std::move(socket)), report);
+            asio::co_spawn(ctx, serve(std::move(socket)), report_fake_failure);
         }
     }
 };
@@ -269,7 +259,7 @@ fake_openai::fake_openai() : impl_(std::make_unique<impl>()) {
     impl_->acceptor.bind(ep);
     impl_->acceptor.listen();
     impl_->port = impl_->acceptor.local_endpoint().port();
-    asio::co_spawn(impl_->ctx, impl_->accept_loop(), report);
+    asio::co_spawn(impl_->ctx, impl_->accept_loop(), report_fake_failure);
     impl_->thread = std::thread([this] { impl_->ctx.run(); });
 }
 
@@ -380,7 +370,7 @@ struct tls_responder::impl {
         for (;;) {
             auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
             if (ec) co_return;
-            asio::co_spawn(ctx, serve(std::move(socket)), report);
+            asio::co_spawn(ctx, serve(std::move(socket)), report_fake_failure);
         }
     }
 };
@@ -393,7 +383,7 @@ tls_responder::tls_responder(const tls_identity& id) : impl_(std::make_unique<im
     impl_->acceptor.bind(ep);
     impl_->acceptor.listen();
     impl_->port = impl_->acceptor.local_endpoint().port();
-    asio::co_spawn(impl_->ctx, impl_->accept_loop(), report);
+    asio::co_spawn(impl_->ctx, impl_->accept_loop(), report_fake_failure);
     impl_->thread = std::thread([this] { impl_->ctx.run(); });
 }
 

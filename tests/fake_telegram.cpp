@@ -1,4 +1,5 @@
 #include "tests/fake_telegram.hpp"
+#include "tests/fake_peer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -32,15 +33,6 @@ using clock = std::chrono::steady_clock;
 namespace {
 
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-void report(std::exception_ptr e) {
-    if (!e) return;
-    try {
-        std::rethrow_exception(e);
-    } catch (const std::exception& x) {
-        std::fprintf(stderr, "fake telegram coroutine failed: %s\n", x.what());
-    }
-}
 
 struct injected {
     std::size_t left = 0;
@@ -91,7 +83,7 @@ struct fake_telegram::impl {
         acceptor.bind(ep);
         acceptor.listen();
         port = acceptor.local_endpoint().port();
-        asio::co_spawn(ctx, accept_loop(), report);
+        asio::co_spawn(ctx, accept_loop(), report_fake_failure);
     }
 
     // Under the mutex: an injected failure for this call, if any is left.
@@ -193,7 +185,7 @@ struct fake_telegram::impl {
         for (;;) {
             auto [ec, socket] = co_await acceptor.async_accept(use_tuple);
             if (ec) co_return;
-            asio::co_spawn(ctx, serve(std::move(socket)), report);
+            asio::co_spawn(ctx, serve(std::move(socket)), report_fake_failure);
         }
     }
 };

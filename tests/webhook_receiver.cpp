@@ -1,8 +1,8 @@
 #include "tests/webhook_receiver.hpp"
+#include "tests/fake_peer.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
-#include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -80,13 +80,13 @@ struct webhook_receiver::impl {
         for (;;) {
             auto [ec, s] = co_await acceptor.async_accept(asio::as_tuple(asio::use_awaitable));
             if (ec) co_return;
-            asio::co_spawn(ioc, serve(std::move(s)), asio::detached);
+            asio::co_spawn(ioc, serve(std::move(s)), report_fake_failure);
         }
     }
 };
 
 webhook_receiver::webhook_receiver() : impl_(std::make_shared<impl>()) {
-    asio::co_spawn(impl_->ioc, impl_->accept_loop(), asio::detached);
+    asio::co_spawn(impl_->ioc, impl_->accept_loop(), report_fake_failure);
     impl_->thread = std::thread([i = impl_] { i->ioc.run(); });
 }
 
