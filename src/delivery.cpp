@@ -117,14 +117,12 @@ struct lane : std::enable_shared_from_this<lane> {
     std::size_t active = 0;
     bool running = false;  // start() ran: attempts may begin
     bool stopping = false; // stop() ran: none begins any more
-    std::atomic<std::size_t> count{0};
 
     std::string queue_key(const outbox_item& o) const { return ch->ordered() ? o.recipient : o.key; }
 
     // On the strand.
     void enqueue(outbox_item item) {
         if (!known.insert(item.key).second) return;
-        count.fetch_add(1);
         auto qk = queue_key(item);
         auto& q = queues[qk];
         q.push_back(std::move(item));
@@ -228,7 +226,6 @@ struct lane : std::enable_shared_from_this<lane> {
             schedule_head(qk);
         } else {
             known.erase(q.front().key);
-            count.fetch_sub(1);
             q.pop_front();
             if (q.empty())
                 queues.erase(qk);
@@ -253,11 +250,6 @@ struct delivery::impl {
     runtime& rt;
     delivery_options opts;
     std::map<std::string, std::shared_ptr<lane>, std::less<>> lanes; // fixed once start() runs
-
-    lane* find(std::string_view channel) {
-        auto it = lanes.find(channel);
-        return it == lanes.end() ? nullptr : it->second.get();
-    }
 
     static void post_enqueue(const std::shared_ptr<lane>& l, outbox_item item) {
         asio::post(l->strand, [l, item = std::move(item)]() mutable { l->enqueue(std::move(item)); });
@@ -381,13 +373,6 @@ asio::awaitable<void> delivery::stop(std::chrono::milliseconds grace) {
         timer.expires_after(milliseconds(10));
         co_await timer.async_wait(asio::use_awaitable);
     }
-}
-
-std::size_t delivery::in_flight() const {
-    std::size_t n = 0;
-    for (const auto& [name, l] : impl_->lanes)
-        n += l->count.load();
-    return n;
 }
 
 } // namespace baton

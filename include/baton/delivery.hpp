@@ -110,9 +110,6 @@ public:
     // in flight have finished or `grace` has passed (those left are `sending`: `uncertain` later).
     asio::awaitable<void> stop(std::chrono::milliseconds grace);
 
-    // Items being sent or waiting in memory (tests, metrics).
-    std::size_t in_flight() const;
-
     struct impl;
 
 private:
