@@ -67,12 +67,21 @@ std::string tool_output_preview(std::string_view output, std::string_view where)
     return s;
 }
 
+void context_window::count(std::size_t i, int sign) {
+    const auto& it = items[i];
+    auto step = [sign](std::size_t& n) { n = sign > 0 ? n + 1 : n - std::min<std::size_t>(n, 1); };
+    if (it.kind == item_kind::tool_calls || it.kind == item_kind::tool_result) step(tool_items_);
+    if (it.kind == item_kind::tool_result && !it.trimmed && messages[i].content.size() > trim_above_bytes)
+        step(trimmable_);
+}
+
 void context_window::push(chat_message m, window_item it) {
     it.tokens = estimate_tokens(m);
     tokens += it.tokens;
     bytes_ += message_bytes(m);
     messages.push_back(std::move(m));
     items.push_back(it);
+    count(items.size() - 1, +1);
 }
 
 void context_window::recount(std::size_t i) {
@@ -87,6 +96,7 @@ void context_window::erase_if_not_pinned(std::size_t from, std::size_t to) {
     for (std::size_t i = from; i < to; ++i) {
         tokens -= items[i].tokens;
         bytes_ -= std::min(bytes_, message_bytes(messages[i]));
+        count(i, -1);
     }
     messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(from),
                    messages.begin() + static_cast<std::ptrdiff_t>(to));
@@ -106,6 +116,7 @@ void context_window::set_pinned(const std::string& agent_name, const std::vector
     items.clear();
     tokens = 0;
     bytes_ = 0;
+    tool_items_ = trimmable_ = 0;
     for (const auto& b : blocks)
         push({"system", b, {}, {}}, {0, 0, item_kind::pinned, false});
     pinned = blocks.size();
@@ -148,7 +159,11 @@ void context_window::apply(const tape_entry& e) {
             call.arguments = json::serialize(*a);
         if (attach_calls_ && !messages.empty() && messages.back().role == "assistant") {
             messages.back().tool_calls.push_back(std::move(call));
-            items.back().kind = item_kind::tool_calls;
+            if (items.back().kind != item_kind::tool_calls) {
+                count(items.size() - 1, -1);
+                items.back().kind = item_kind::tool_calls;
+                count(items.size() - 1, +1);
+            }
             recount(items.size() - 1);
         } else {
             chat_message m{"assistant", {}, {}, {}};
@@ -207,29 +222,17 @@ void context_window::take_anchor(const json::object& payload, std::int64_t id) {
     items.insert(items.begin() + static_cast<std::ptrdiff_t>(pinned), it);
 }
 
-bool context_window::has_trimmable_outputs() const {
-    for (std::size_t i = pinned; i < items.size(); ++i)
-        if (items[i].kind == item_kind::tool_result && !items[i].trimmed &&
-            messages[i].content.size() > trim_above_bytes)
-            return true;
-    return false;
-}
-
-bool context_window::has_tool_rounds() const {
-    for (std::size_t i = pinned; i < items.size(); ++i)
-        if (items[i].kind == item_kind::tool_result || items[i].kind == item_kind::tool_calls) return true;
-    return false;
-}
-
 void context_window::trim_outputs(std::int64_t through) {
     for (std::size_t i = pinned; i < items.size(); ++i) {
         auto& it = items[i];
         if (it.kind != item_kind::tool_result || it.trimmed || it.id > through) continue;
         if (messages[i].content.size() <= trim_above_bytes) continue;
+        count(i, -1);
         bytes_ -= std::min(bytes_, messages[i].content.capacity());
         messages[i].content = tool_output_preview(messages[i].content, "tape entry " + std::to_string(it.id));
         bytes_ += messages[i].content.capacity();
         it.trimmed = true;
+        count(i, +1);
         recount(i);
     }
 }
@@ -239,6 +242,7 @@ void context_window::drop_rounds(std::int64_t through) {
     for (std::size_t i = pinned; i < items.size(); ++i) {
         auto& it = items[i];
         bool old = it.id <= through;
+        if (old && (it.kind == item_kind::tool_result || it.kind == item_kind::tool_calls)) count(i, -1);
         if (old && it.kind == item_kind::tool_result) {
             tokens -= it.tokens;
             bytes_ -= std::min(bytes_, message_bytes(messages[i]));
@@ -253,6 +257,7 @@ void context_window::drop_rounds(std::int64_t through) {
             }
             messages[i].tool_calls.clear();
             it.kind = item_kind::message;
+            count(i, +1);
             recount(i);
         }
         if (out != i) {

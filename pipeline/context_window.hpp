@@ -67,8 +67,8 @@ public:
     std::size_t bytes() const { return bytes_; }
 
     // Stage helpers for the planner: how much stage 1 or 2 would change, without changing.
-    bool has_trimmable_outputs() const;
-    bool has_tool_rounds() const;
+    bool has_trimmable_outputs() const { return trimmable_ > 0; }
+    bool has_tool_rounds() const { return tool_items_ > 0; }
 
     // Learns from a model call: `reported` prompt tokens for a request we estimated at `estimated`.
     void learn(std::int64_t reported, std::int64_t estimated);
@@ -80,7 +80,11 @@ private:
     void drop_rounds(std::int64_t through);
     void take_anchor(const json::object& payload, std::int64_t id);
     void recount(std::size_t i);
+    // Keeps the stage counters below in step with an item entering (+1) or leaving (-1).
+    void count(std::size_t i, int sign);
     std::size_t bytes_ = 0;
+    std::size_t tool_items_ = 0; // tool_calls and tool_result items
+    std::size_t trimmable_ = 0;  // tool results over trim_above_bytes, not trimmed yet
     bool attach_calls_ = false; // the previous entry was an assistant message or a tool call
 };
 
