@@ -86,16 +86,23 @@ void record(const compaction_job& job, int stage, std::int64_t before, std::int6
 asio::awaitable<std::optional<std::string>> model_summary(const baton::agent& ag,
                                                           std::vector<std::string> lines,
                                                           std::int64_t cap, std::int64_t room) {
-    // The transcript keeps its newest lines within what the request may hold.
+    // The transcript keeps the earlier summary (at most a third of the room) and the newest lines
+    // within what the request may hold; lines in between that do not fit stay in the tape only.
+    std::string transcript;
+    std::size_t oldest = 0;
+    if (!lines.empty() && lines.front().starts_with("(summary")) {
+        transcript = clip_tokens(lines.front(), room / 3) + "\n";
+        room -= estimate_tokens(transcript);
+        oldest = 1;
+    }
     std::int64_t used = 0;
     std::size_t first = lines.size();
-    while (first > 0) {
+    while (first > oldest) {
         std::int64_t t = estimate_tokens(lines[first - 1]) + 1;
         if (used + t > room) break;
         used += t;
         --first;
     }
-    std::string transcript;
     for (std::size_t i = first; i < lines.size(); ++i) {
         transcript += lines[i];
         transcript += '\n';
@@ -150,7 +157,7 @@ std::int64_t context_budget::at(int stage) const {
 }
 
 std::int64_t context_budget::summary_cap() const {
-    return std::clamp<std::int64_t>(tokens / 5, 16, 1000);
+    return std::clamp<std::int64_t>(tokens / 8, 16, 1000);
 }
 
 context_budget budget_of(const agent_config& cfg) {

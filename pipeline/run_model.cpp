@@ -21,14 +21,22 @@ std::string clip_utf8(std::string s, std::size_t max) {
 
 // The request's raw token estimate, kept as the loop appends to it.
 struct request_budget {
-    std::int64_t raw = 0;
+    std::int64_t raw = 0;   // the whole request, estimated
+    std::int64_t added = 0; // of which this turn's steps added (tool outputs, answers)
     std::int64_t limit = 0; // the context budget
     double factor = 1.0;
     std::size_t own_from = 0; // messages from here on are this turn's (never lent)
 
-    void add(const chat_message& m) { raw += estimate_tokens(m); }
+    void add(const chat_message& m) {
+        auto t = estimate_tokens(m);
+        raw += t;
+        added += t;
+    }
+    // The learned factor scales what the prompt started with; what the steps add counts at least
+    // at face value, so a factor learned on other content cannot let a big tool output through.
     std::int64_t estimate() const {
-        return static_cast<std::int64_t>(factor * static_cast<double>(raw));
+        return static_cast<std::int64_t>(factor * static_cast<double>(raw - added) +
+                                         std::max(factor, 1.0) * static_cast<double>(added));
     }
     // A step's request must fit the window: this turn's large tool outputs become previews; if
     // it still does not fit, the turn fails rather than send it.
@@ -37,9 +45,12 @@ struct request_budget {
         for (std::size_t i = own_from; i < req.messages.size(); ++i) {
             auto& m = req.messages[i];
             if (m.role != "tool" || m.content.size() <= trim_above_bytes) continue;
-            raw -= estimate_tokens(m);
-            m.content = tool_output_preview(m.content, "the tape (turn " + turn_id + ", tool call " + m.tool_call_id + ")");
-            raw += estimate_tokens(m);
+            auto before = estimate_tokens(m);
+            m.content = tool_output_preview(m.content, "the tape (turn " + turn_id + ", tool call " +
+                                                           m.tool_call_id + ")");
+            auto after = estimate_tokens(m);
+            raw += after - before;
+            added += after - before;
         }
         if (estimate() > limit)
             throw turn_error("context_overflow", "the next model request would need about " +

@@ -165,7 +165,7 @@ void read_context(config_errors& e, const json::value& v, std::string path, cont
                     {"reserve_output_tokens", "compaction_thresholds", "idle_compaction_after_ms"});
     o.read("reserve_output_tokens", out.reserve_output_tokens, 0);
     read_thresholds(o, out.compaction_thresholds);
-    o.read("idle_compaction_after_ms", out.idle_compaction_after);
+    o.read("idle_compaction_after_ms", out.idle_compaction_after, 0); // 0: no idle compaction
 }
 
 void read_admission(config_errors& e, const json::value& v, std::string path, admission_config& out) {

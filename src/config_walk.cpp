@@ -247,9 +247,9 @@ bool object_reader::read(std::string_view key, std::int64_t& out, std::int64_t m
     return v != nullptr && read_int(errors_, *v, path(key), out, min, max);
 }
 
-bool object_reader::read(std::string_view key, std::chrono::milliseconds& out) const {
+bool object_reader::read(std::string_view key, std::chrono::milliseconds& out, std::int64_t min) const {
     std::int64_t ms = 0;
-    if (!read(key, ms, 1)) return false;
+    if (!read(key, ms, min)) return false;
     out = std::chrono::milliseconds(ms);
     return true;
 }

@@ -65,8 +65,8 @@ public:
     bool read(std::string_view key, bool& out) const;
     bool read(std::string_view key, std::int64_t& out, std::int64_t min,
               std::int64_t max = std::numeric_limits<std::int64_t>::max()) const;
-    // A `*_ms` key: a whole number of milliseconds, at least 1.
-    bool read(std::string_view key, std::chrono::milliseconds& out) const;
+    // A `*_ms` key: a whole number of milliseconds, at least `min` (1 unless 0 means "off").
+    bool read(std::string_view key, std::chrono::milliseconds& out, std::int64_t min = 1) const;
     bool read(std::string_view key, std::vector<std::string>& out) const;
     const boost::json::object* object(std::string_view key) const;
     const boost::json::array* array(std::string_view key) const;
