@@ -1,0 +1,614 @@
+// The budgeted context and its compaction (issue 7), black-box through the real daemon: the stages
+// trigger at their thresholds and say so on the tape and the turn's events, the summary falls back
+// to an extract, oversized turns fail context_overflow without reaching the model, /handoff and
+// /reset start a new context, the idle timer never overlaps a turn, and a 1,000-turn session
+// never sends the model a request over its budget.
+//
+// Budgets are sized with the fake's own count (tests/context_daemon.hpp); baton learns its
+// correction factor from the same count, so each scenario keeps a margin of 5% or more on both
+// sides of the threshold it is about.
+#include "tests/context_daemon.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <map>
+#include <random>
+#include <regex>
+#include <thread>
+
+using namespace baton::test;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::string_view model_summary = "MODEL-SUMMARY: the user sent notes and the agent replied.";
+
+// Turns 1..8: 600-byte notes with 40-byte replies; turn 9 a note whose 1600-byte reply takes the
+// window past t3 (B = 2000, t3 = 1800), while its own request stayed well under it. Returns the
+// notes sent.
+std::vector<std::string> fill_past_t3(context_daemon& c, std::string_view sid = "s1") {
+    BOOST_TEST_REQUIRE(c.budget() == 2000);
+    std::vector<std::string> sent;
+    for (int i = 1; i <= 9; ++i) {
+        auto text =
+            user_message("note-" + std::to_string(i), 600, i < 9 ? "{reply:40}" : "{reply:1600}");
+        auto t = c.turn(text, sid);
+        BOOST_TEST_REQUIRE(t.status() == "completed", "fill turn " << i << ": " << t.record);
+        BOOST_TEST(t.compactions().empty(), "fill turn " << i << " compacted");
+        sent.push_back(text);
+    }
+    // The scenario's own check: turn 9's request is under t3, the window after its reply over it.
+    auto reqs = c.d.model.requests();
+    auto last = first_request_for(reqs, sent.back());
+    BOOST_TEST_REQUIRE(last.has_value());
+    auto before = prompt_tokens_of(last->body);
+    BOOST_TEST_REQUIRE(before < c.threshold(3) * 95 / 100, "setup: turn 9 counts " << before);
+    BOOST_TEST_REQUIRE(before + message_tokens(1600) > c.threshold(3) * 105 / 100);
+    return sent;
+}
+
+// The one compaction event of the tape at `level`, or fails the test.
+json::object only_event_at(const std::vector<json::object>& events, std::int64_t level) {
+    std::vector<json::object> at;
+    for (const auto& e : events)
+        if (int_at(e, "level") == level) at.push_back(e);
+    BOOST_TEST_REQUIRE(at.size() == 1u, at.size() << " compaction events at level " << level);
+    return at.front();
+}
+
+std::vector<std::int64_t> levels_of(const std::vector<json::object>& events) {
+    std::vector<std::int64_t> out;
+    for (const auto& e : events)
+        out.push_back(int_at(e, "level"));
+    return out;
+}
+
+void check_event(const json::object& e, std::string_view stage, std::int64_t level,
+                 std::string_view trigger, std::int64_t at_least) {
+    BOOST_TEST(string_at(e, "stage") == stage, e);
+    BOOST_TEST(int_at(e, "level") == level, e);
+    BOOST_TEST(string_at(e, "trigger") == trigger, e);
+    auto before = int_at(e, "before_tokens");
+    auto after = int_at(e, "after_tokens");
+    BOOST_TEST(after >= 0, e);
+    BOOST_TEST(before > after, e);
+    BOOST_TEST(before >= at_least, "before_tokens " << before << " is under the threshold " << at_least);
+}
+
+// The single `compaction` frame of a turn's stream, with before > after.
+void check_frame(const turn_result& t, std::string_view stage) {
+    auto frames = t.compactions();
+    bool found = false;
+    for (const auto& f : frames) {
+        BOOST_TEST(int_at(f, "before_tokens") > int_at(f, "after_tokens"), f);
+        found = found || string_at(f, "stage") == stage;
+    }
+    BOOST_TEST(found, "no compaction frame with stage " << stage << " among " << frames.size());
+}
+
+bool whole_number_in(const std::string& text, std::int64_t n) {
+    std::regex re("(^|[^0-9])" + std::to_string(n) + "([^0-9]|$)");
+    return std::regex_search(text, re);
+}
+
+std::vector<const json::value*> with_role(const recorded_request& r, std::string_view role) {
+    std::vector<const json::value*> out;
+    for (const auto& m : messages_of(r))
+        if (string_at(m.as_object(), "role") == role) out.push_back(&m);
+    return out;
+}
+
+// Waits (polling, bounded) until `pred` holds.
+template <class Pred> bool eventually(Pred pred, std::chrono::milliseconds limit) {
+    auto deadline = steady::now() + limit;
+    while (!pred()) {
+        if (steady::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
+}
+
+std::vector<recorded_request> summary_requests(const context_daemon& c) {
+    std::vector<recorded_request> out;
+    for (auto& r : c.d.model.requests())
+        if (is_summary_request(r)) out.push_back(std::move(r));
+    return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(compaction_daemon)
+
+BOOST_AUTO_TEST_CASE(crossing_t1_trims_earlier_tool_outputs_to_previews_and_nothing_else) {
+    context_daemon c; // B = 2000: t1 1000, t2 1400, t3 1800
+    // A tool output of 4400 bytes (1104 tokens) takes the window to ~1180: past t1, under t2.
+    auto alpha = user_message("alpha", 40, "{bulk:4400}{reply:40}");
+    auto a = c.turn(alpha);
+    BOOST_TEST_REQUIRE(a.status() == "completed", a.record);
+    BOOST_TEST(a.compactions().empty());
+    auto steps = requests_for(c.d.model.requests(), alpha);
+    BOOST_TEST_REQUIRE(steps.size() == 2u);
+    // Within its own turn the output fitted the budget: it went to the model whole.
+    BOOST_TEST(string_at(messages_of(steps[1]).back().as_object(), "content") == bulk_output(4400));
+
+    auto beta = user_message("beta", 40);
+    auto b = c.turn(beta);
+    BOOST_TEST_REQUIRE(b.status() == "completed", b.record);
+    check_frame(b, "trim_tool_outputs");
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{1}, boost::test_tools::per_element());
+    check_event(only_event_at(events, 1), "trim_tool_outputs", 1, "turn", c.threshold(1) * 95 / 100);
+    BOOST_TEST(entries_of(tape, "anchor").empty());
+
+    // The tape keeps the whole output; the request carries a preview naming that entry.
+    auto results = entries_of(tape, "tool_result");
+    BOOST_TEST_REQUIRE(results.size() == 1u);
+    const auto& full = results[0].at("payload").as_object();
+    BOOST_TEST(string_at(full, "output") == bulk_output(4400));
+    auto req = first_request_for(c.d.model.requests(), beta);
+    BOOST_TEST_REQUIRE(req.has_value());
+    check_pinned_first(*req, c.options.pinned);
+    auto tools = with_role(*req, "tool");
+    BOOST_TEST_REQUIRE(tools.size() == 1u, "the tool round of turn alpha is still in the window");
+    auto preview = string_at(tools[0]->as_object(), "content");
+    BOOST_TEST(preview.size() < 600u, "preview of " << preview.size() << " bytes");
+    BOOST_TEST(preview.starts_with(bulk_output(4400).substr(0, 150)), preview);
+    BOOST_TEST(whole_number_in(preview, int_at(results[0], "id")),
+               "the preview does not name tape entry " << int_at(results[0], "id") << ": " << preview);
+    BOOST_TEST(prompt_tokens_of(req->body) < c.threshold(1));
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(crossing_t2_drops_earlier_tool_rounds_and_keeps_the_conversation) {
+    context_daemon c;
+    // 8 results of 500 bytes (not trimmable: 512 bytes or less) and a 1800-byte message take the
+    // window to ~1580: past t2 (1400), under t3 (1800), and trimming cannot help.
+    auto alpha = user_message("alpha", 1800, "{bulk:500x8}{reply:40}");
+    auto a = c.turn(alpha);
+    BOOST_TEST_REQUIRE(a.status() == "completed", a.record);
+    BOOST_TEST(a.compactions().empty());
+
+    auto beta = user_message("beta", 40);
+    auto b = c.turn(beta);
+    BOOST_TEST_REQUIRE(b.status() == "completed", b.record);
+    check_frame(b, "drop_tool_rounds");
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{2}, boost::test_tools::per_element());
+    check_event(only_event_at(events, 2), "drop_tool_rounds", 2, "turn", c.threshold(2) * 95 / 100);
+    BOOST_TEST(entries_of(tape, "tool_result").size() == 8u); // the tape keeps them
+
+    auto req = first_request_for(c.d.model.requests(), beta);
+    BOOST_TEST_REQUIRE(req.has_value());
+    check_pinned_first(*req, c.options.pinned);
+    BOOST_TEST(with_role(*req, "tool").empty());
+    for (const auto* m : with_role(*req, "assistant"))
+        BOOST_TEST(!m->as_object().contains("tool_calls"), "a tool call is still in the window");
+    // The conversation itself stays: alpha's message and its final reply.
+    auto users = with_role(*req, "user");
+    BOOST_TEST_REQUIRE(users.size() == 2u);
+    BOOST_TEST(string_at(users[0]->as_object(), "content") == alpha);
+    auto replies = with_role(*req, "assistant");
+    BOOST_TEST_REQUIRE(replies.size() == 1u);
+    BOOST_TEST(string_at(replies[0]->as_object(), "content") == reply_text(40));
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(crossing_t3_summarizes_older_messages_through_the_model_into_an_anchor) {
+    context_daemon c;
+    auto notes = fill_past_t3(c);
+    auto next = user_message("after-fill", 40);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    check_frame(t, "summarize");
+
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{3}, boost::test_tools::per_element());
+    auto e = only_event_at(events, 3);
+    check_event(e, "summarize", 3, "turn", c.threshold(3) * 95 / 100);
+    BOOST_TEST(string_at(e, "summarizer") == "model");
+    BOOST_TEST(int_at(e, "after_tokens") < c.threshold(3));
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    const auto& anchor = anchors[0].at("payload").as_object();
+    BOOST_TEST(string_at(anchor, "name") == "compaction");
+    BOOST_TEST(string_at(anchor, "summary").find(model_summary) != std::string::npos, anchor);
+    // Nothing left the tape: every note is still there.
+    for (const auto& n : notes)
+        BOOST_TEST(message_ids(tape, "user", n).size() == 1u);
+
+    // The summary request: its own system prompt, no tools, the oldest note inside.
+    auto summaries = summary_requests(c);
+    BOOST_TEST_REQUIRE(summaries.size() == 1u);
+    const auto& s = summaries[0].body.as_object();
+    BOOST_TEST((!s.contains("tools") || s.at("tools").as_array().empty()),
+               "the summary request offers tools");
+    BOOST_TEST(json::serialize(s).find("note-1 ") != std::string::npos,
+               "note-1 is not in the summary request");
+
+    // The turn's request: pinned blocks, the summary, some recent messages verbatim, the new one.
+    auto reqs = c.d.model.requests();
+    auto req = first_request_for(reqs, next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    BOOST_TEST((summaries[0].received_at < req->received_at));
+    check_pinned_first(*req, c.options.pinned);
+    const auto& msgs = messages_of(*req);
+    const auto pinned = c.options.pinned.size();
+    BOOST_TEST_REQUIRE(msgs.size() >= pinned + 2);
+    BOOST_TEST(string_at(msgs[pinned].as_object(), "role") == "system");
+    BOOST_TEST(string_at(msgs[pinned].as_object(), "content").find(model_summary) != std::string::npos);
+    BOOST_TEST(string_at(msgs.back().as_object(), "content") == next);
+    BOOST_TEST(msgs.size() > pinned + 2, "no recent message stayed verbatim");
+    for (const auto* m : with_role(*req, "user"))
+        BOOST_TEST(string_at(m->as_object(), "content") != notes[0], "note-1 is still verbatim");
+    BOOST_TEST(prompt_tokens_of(req->body) < c.threshold(3));
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(when_the_recent_messages_alone_stay_over_t3_a_handoff_leaves_no_verbatim_message) {
+    context_daemon c;
+    // One reply of 7400 bytes (1854 tokens) is over t3 on its own: summarizing what precedes it
+    // cannot get under t3.
+    auto big = user_message("big-reply", 40, "{reply:7400}");
+    BOOST_TEST_REQUIRE(c.turn(big).status() == "completed");
+    auto next = user_message("after-big", 40);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    check_frame(t, "handoff");
+
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    auto e = only_event_at(events, 4);
+    check_event(e, "handoff", 4, "turn", c.threshold(3) * 95 / 100);
+    BOOST_TEST(int_at(e, "after_tokens") < c.threshold(3));
+    auto summarizer = string_at(e, "summarizer");
+    BOOST_TEST((summarizer == "model" || summarizer == "extractive"), e);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(!anchors.empty());
+    BOOST_TEST(string_at(anchors.back().at("payload").as_object(), "name") == "handoff");
+    BOOST_TEST(!string_at(anchors.back().at("payload").as_object(), "summary").empty());
+
+    auto req = first_request_for(c.d.model.requests(), next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    check_pinned_first(*req, c.options.pinned);
+    const auto& msgs = messages_of(*req);
+    const auto pinned = c.options.pinned.size();
+    // Pinned blocks, the handoff's summary, the new message: nothing verbatim in between.
+    BOOST_TEST_REQUIRE(msgs.size() == pinned + 2, json::serialize(msgs).substr(0, 2000));
+    BOOST_TEST(string_at(msgs[pinned].as_object(), "role") == "system");
+    BOOST_TEST(string_at(msgs.back().as_object(), "content") == next);
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_turn_completes) {
+    context_daemon c;
+    c.set_summarizer(
+        [](const recorded_request&) { return fake_reply::error(400, "no summaries today"); });
+    fill_past_t3(c);
+    auto next = user_message("after-fill", 40);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    check_frame(t, "summarize");
+    auto tape = c.tape();
+    auto e = only_event_at(compaction_events(tape), 3);
+    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    BOOST_TEST(summary_requests(c).size() == 1u); // a 400 is final: no retry
+
+    auto req = first_request_for(c.d.model.requests(), next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    const auto& msgs = messages_of(*req);
+    const auto pinned = c.options.pinned.size();
+    BOOST_TEST_REQUIRE(msgs.size() >= pinned + 2);
+    BOOST_TEST(string_at(msgs[pinned].as_object(), "content").find(extract_prefix) != std::string::npos);
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(an_empty_summary_falls_back_to_an_extract) {
+    context_daemon c;
+    c.set_summarizer([](const recorded_request&) { return fake_reply::completion(""); });
+    fill_past_t3(c);
+    auto t = c.turn(user_message("after-fill", 40));
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    auto tape = c.tape();
+    auto e = only_event_at(compaction_events(tape), 3);
+    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+}
+
+BOOST_AUTO_TEST_CASE(a_message_over_the_budget_fails_context_overflow_without_a_model_request) {
+    context_daemon c;
+    auto huge = user_message("huge", 8400); // 2104 tokens: over B = 2000 with nothing else
+    auto t = c.turn(huge);
+    BOOST_TEST(t.status() == "failed", t.record);
+    BOOST_TEST(t.error_code() == "context_overflow", t.record);
+    BOOST_TEST(t.frames.back().data.at("status").as_string() == "failed");
+    BOOST_TEST(c.d.model.requests().empty(), c.d.model.requests().size() << " model requests");
+    // The session and the daemon go on.
+    auto normal = user_message("normal", 40);
+    auto ok = c.turn(normal);
+    BOOST_TEST(ok.status() == "completed", ok.record);
+    BOOST_TEST(c.d.model.requests().size() == 1u);
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(tool_outputs_that_overflow_a_step_are_trimmed_or_fail_context_overflow) {
+    // Thresholds near 1 keep turn-start compaction out of the way: this is about one turn's steps.
+    context_options o;
+    o.window = 10200;
+    o.reserve = 200;
+    o.thresholds = {0.98, 0.99, 1.0};
+    context_daemon c(o); // B = 10000
+    // 7500 + 3004 tokens would not fit: the output goes as a preview, and then it fits.
+    auto fits = user_message("fits-after-trim", 30000, "{bulk:12000}");
+    auto t = c.turn(fits, "trim");
+    BOOST_TEST(t.status() == "completed", t.record);
+    auto steps = requests_for(c.d.model.requests(), fits);
+    BOOST_TEST_REQUIRE(steps.size() == 2u);
+    auto output = string_at(messages_of(steps[1]).back().as_object(), "content");
+    BOOST_TEST(output.size() < 600u, "the step's tool output is " << output.size() << " bytes");
+    BOOST_TEST(output.starts_with(bulk_output(12000).substr(0, 150)));
+    auto results = entries_of(c.tape("trim"), "tool_result");
+    BOOST_TEST_REQUIRE(results.size() == 1u);
+    BOOST_TEST(string_at(results[0].at("payload").as_object(), "output").size() == 12000u);
+
+    // A first request ~1.5% under t1, then ten tool results: even as previews they overflow.
+    const auto pinned = message_tokens(o.pinned[0].size()) + message_tokens(o.pinned[1].size());
+    const auto bytes = static_cast<std::size_t>((c.threshold(1) * 985 / 1000 - pinned - 4) * 4);
+    auto tight = user_message("no-room", bytes, "{bulk:3000x10}");
+    auto f = c.turn(tight, "tight");
+    BOOST_TEST(f.status() == "failed", f.record);
+    BOOST_TEST(f.error_code() == "context_overflow", f.record);
+    auto sent = requests_for(c.d.model.requests(), tight);
+    BOOST_TEST(sent.size() == 1u, "the model got " << sent.size() << " requests for the turn");
+    c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(handoff_and_reset_start_a_new_context_without_calling_the_model) {
+    context_options o;
+    o.window = 20200; // no compaction here
+    context_daemon c(o);
+    auto first = user_message("apples", 60);
+    auto second = user_message("pears", 60);
+    BOOST_TEST_REQUIRE(c.turn(first).status() == "completed");
+    BOOST_TEST_REQUIRE(c.turn(second).status() == "completed");
+    auto count = c.d.model.requests().size();
+
+    auto h = c.turn("/handoff phase-two");
+    BOOST_TEST(h.status() == "completed", h.record);
+    BOOST_TEST(int_at(h.record, "steps") == 0);
+    BOOST_TEST(c.d.model.requests().size() == count);
+    auto anchors = entries_of(c.tape(), "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    const auto& a = anchors[0].at("payload").as_object();
+    BOOST_TEST(string_at(a, "name") == "phase-two");
+    auto summary = string_at(a, "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    BOOST_TEST(summary.find("apples") != std::string::npos, summary);
+
+    // The next request: pinned blocks, the summary, the new message; nothing else.
+    auto after_handoff = user_message("plums", 60);
+    BOOST_TEST_REQUIRE(c.turn(after_handoff).status() == "completed");
+    auto req = first_request_for(c.d.model.requests(), after_handoff);
+    BOOST_TEST_REQUIRE(req.has_value());
+    check_pinned_first(*req, o.pinned);
+    const auto& msgs = messages_of(*req);
+    BOOST_TEST_REQUIRE(msgs.size() == o.pinned.size() + 2, json::serialize(msgs));
+    BOOST_TEST(string_at(msgs[o.pinned.size()].as_object(), "role") == "system");
+    BOOST_TEST(string_at(msgs[o.pinned.size()].as_object(), "content").find(summary) !=
+               std::string::npos);
+    BOOST_TEST(string_at(msgs.back().as_object(), "content") == after_handoff);
+
+    // A bare /handoff is named "handoff".
+    BOOST_TEST(c.turn("/handoff").status() == "completed");
+    anchors = entries_of(c.tape(), "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 2u);
+    BOOST_TEST(string_at(anchors[1].at("payload").as_object(), "name") == "handoff");
+
+    // /reset: an anchor with an empty summary; the next request is the pinned blocks and the message.
+    count = c.d.model.requests().size();
+    auto r = c.turn("/reset");
+    BOOST_TEST(r.status() == "completed", r.record);
+    BOOST_TEST(int_at(r.record, "steps") == 0);
+    BOOST_TEST(c.d.model.requests().size() == count);
+    anchors = entries_of(c.tape(), "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 3u);
+    BOOST_TEST(string_at(anchors[2].at("payload").as_object(), "name") == "reset");
+    BOOST_TEST(string_at(anchors[2].at("payload").as_object(), "summary").empty());
+    auto after_reset = user_message("figs", 60);
+    BOOST_TEST_REQUIRE(c.turn(after_reset).status() == "completed");
+    req = first_request_for(c.d.model.requests(), after_reset);
+    BOOST_TEST_REQUIRE(req.has_value());
+    check_pinned_first(*req, o.pinned);
+    BOOST_TEST(messages_of(*req).size() == o.pinned.size() + 1, json::serialize(messages_of(*req)));
+    // The tape forgets nothing.
+    auto tape = c.tape();
+    for (const auto& m : {first, second, after_handoff, after_reset})
+        BOOST_TEST(message_ids(tape, "user", m).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_message_during_idle_compaction_waits_for_its_summary_call) {
+    context_options o;
+    o.idle_ms = 300;
+    context_daemon c(o);
+    c.set_summarizer([](const recorded_request&) {
+        return fake_reply::completion("IDLE-SUMMARY: notes were exchanged.")
+            .after(std::chrono::milliseconds(500));
+    });
+    fill_past_t3(c);
+    auto idle_from = steady::now();
+    BOOST_TEST_REQUIRE(eventually([&] { return !summary_requests(c).empty(); }, std::chrono::seconds(5)),
+                       "no idle compaction within 5 s");
+    auto posted_at = steady::now();
+    auto next = user_message("while-idle", 40);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+
+    auto summaries = summary_requests(c);
+    BOOST_TEST_REQUIRE(summaries.size() == 1u);
+    const auto& s = summaries[0];
+    BOOST_TEST((s.received_at - idle_from >= std::chrono::milliseconds(250)),
+               "the idle timer fired early");
+    BOOST_TEST_REQUIRE(s.answered_at.has_value());
+    // The test is about overlap only if the message came while the summary was in flight.
+    BOOST_TEST_REQUIRE((posted_at < *s.answered_at), "the message came after the summary answer");
+    auto req = first_request_for(c.d.model.requests(), next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    BOOST_TEST((req->received_at >= *s.answered_at),
+               "the turn's request came " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 *s.answered_at - req->received_at)
+                                                 .count()
+                                          << " ms before the summary answer was sent");
+    const auto& msgs = messages_of(*req);
+    BOOST_TEST_REQUIRE(msgs.size() > c.options.pinned.size());
+    BOOST_TEST(string_at(msgs[c.options.pinned.size()].as_object(), "content").find("IDLE-SUMMARY") !=
+               std::string::npos);
+
+    // The tape: the idle compaction's anchor and event come before the new message.
+    auto tape = c.tape();
+    auto user_ids = message_ids(tape, "user", next);
+    BOOST_TEST_REQUIRE(user_ids.size() == 1u);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    BOOST_TEST(int_at(anchors[0], "id") < user_ids[0]);
+    auto events = entries_of(tape, "event");
+    BOOST_TEST_REQUIRE(!events.empty());
+    for (const auto& e : events) {
+        const auto& data = e.at("payload").at("data").as_object();
+        BOOST_TEST(string_at(data, "trigger") == "idle", data);
+        BOOST_TEST(int_at(e, "id") < user_ids[0]);
+    }
+    BOOST_TEST(t.compactions().empty(), "the turn compacted again after the idle compaction");
+}
+
+BOOST_AUTO_TEST_CASE(an_idle_session_is_compacted_once_not_repeatedly) {
+    context_options o;
+    o.idle_ms = 300;
+    context_daemon c(o);
+    fill_past_t3(c);
+    auto idle_from = steady::now();
+    BOOST_TEST_REQUIRE(
+        eventually([&] { return !entries_of(c.tape(), "anchor").empty(); }, std::chrono::seconds(5)),
+        "no idle compaction within 5 s");
+    auto summaries = summary_requests(c);
+    BOOST_TEST_REQUIRE(summaries.size() == 1u);
+    BOOST_TEST((summaries[0].received_at - idle_from >= std::chrono::milliseconds(250)));
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(200)); // its event, if written after the anchor
+    auto tape = c.tape();
+    auto e = only_event_at(compaction_events(tape), 3);
+    check_event(e, "summarize", 3, "idle", c.threshold(3) * 95 / 100);
+    BOOST_TEST(string_at(e, "summarizer") == "model");
+    // Five more idle periods: nothing more happens.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    BOOST_TEST(c.tape().size() == tape.size());
+    BOOST_TEST(summary_requests(c).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(idle_compaction_after_ms_0_disables_the_idle_timer) {
+    context_options o;
+    o.idle_ms = 0;
+    context_daemon c(o);
+    fill_past_t3(c);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    BOOST_TEST(summary_requests(c).empty());
+    BOOST_TEST(entries_of(c.tape(), "anchor").empty());
+    BOOST_TEST(compaction_events(c.tape()).empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_thousand_turns_never_send_a_request_over_the_budget_and_lose_nothing) {
+    // B = 1000 with t3 = 0.85: a turn starts under 850 tokens and its own tool round (a preview
+    // of a large output, or a small one, plus the call) must fit the remaining 150. With t3 = 0.9
+    // the 100 left would be less than a small tool result, and such turns could rightly fail.
+    context_options o;
+    o.window = 1200;
+    o.reserve = 200;
+    o.thresholds = {0.6, 0.75, 0.85};
+    context_daemon c(o);
+    std::mt19937 rng(20261130);
+    auto pick = [&](int lo, int hi) {
+        return static_cast<std::size_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
+    };
+    std::vector<std::string> sent;
+    std::map<std::string, int> frame_stages;
+    int not_completed = 0;
+    auto started = steady::now();
+    for (int i = 1; i <= 1000; ++i) {
+        auto roll = pick(1, 100);
+        auto bytes = roll <= 75 ? pick(20, 250) : roll <= 95 ? pick(250, 600) : pick(600, 900);
+        std::string how = "{reply:" + std::to_string(pick(10, 300)) + "}";
+        if (i % 10 == 3)
+            how += "{bulk:" + std::to_string(pick(600, 2400)) + "}";
+        else if (i % 10 == 7)
+            how += "{clock}";
+        else if (i % 25 == 11)
+            how += "{bulk:" + std::to_string(pick(100, 400)) + "}";
+        auto text = user_message("turn-" + std::to_string(i), bytes, how);
+        auto t = c.turn(text);
+        sent.push_back(text);
+        if (t.status() != "completed") {
+            ++not_completed;
+            BOOST_TEST_MESSAGE("turn " << i << " ended " << t.record);
+        }
+        for (const auto& f : t.compactions()) {
+            ++frame_stages[string_at(f, "stage")];
+            BOOST_TEST(int_at(f, "before_tokens") > int_at(f, "after_tokens"),
+                       "turn " << i << ": " << f);
+        }
+    }
+    auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - started);
+    BOOST_TEST_MESSAGE("1000 turns in " << elapsed.count() << " ms");
+    BOOST_TEST(not_completed == 0);
+
+    // Every request: the pinned blocks first, and within the budget.
+    auto reqs = c.d.model.requests();
+    std::size_t over = 0, unpinned = 0, summaries = 0;
+    std::string first_over;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        auto n = prompt_tokens_of(reqs[i].body);
+        bool summary = is_summary_request(reqs[i]);
+        summaries += summary;
+        if (n > c.budget() && over++ == 0)
+            first_over = "request " + std::to_string(i) + (summary ? " (summary)" : "") + " counts " +
+                         std::to_string(n);
+        if (summary) continue;
+        const auto& msgs = messages_of(reqs[i]);
+        bool pinned = msgs.size() > o.pinned.size();
+        for (std::size_t k = 0; pinned && k < o.pinned.size(); ++k)
+            pinned = string_at(msgs[k].as_object(), "role") == "system" &&
+                     string_at(msgs[k].as_object(), "content") == o.pinned[k];
+        unpinned += !pinned;
+    }
+    BOOST_TEST_MESSAGE(reqs.size() << " model requests, " << summaries << " of them summaries");
+    BOOST_TEST(over == 0u,
+               over << " requests over the budget " << c.budget() << "; first: " << first_over);
+    BOOST_TEST(unpinned == 0u, unpinned << " requests without the pinned blocks first");
+
+    // The tape holds all 1,000 messages in order; every stage had work.
+    auto tape = c.tape();
+    std::vector<std::string> users;
+    for (const auto& e : tape)
+        if (string_at(e, "kind") == "message" &&
+            string_at(e.at("payload").as_object(), "role") == "user")
+            users.push_back(string_at(e.at("payload").as_object(), "text"));
+    BOOST_TEST(users.size() == 1000u);
+    BOOST_TEST((users == sent), "the tape's user messages differ from those sent");
+    std::map<std::int64_t, int> by_level;
+    for (const auto& e : compaction_events(tape))
+        ++by_level[int_at(e, "level")];
+    BOOST_TEST_MESSAGE("compaction events by level: 1:"
+                       << by_level[1] << " 2:" << by_level[2] << " 3:" << by_level[3]
+                       << " 4:" << by_level[4] << "; anchors " << entries_of(tape, "anchor").size());
+    for (std::int64_t level : {1, 2, 3})
+        BOOST_TEST(by_level[level] > 0, "no compaction at level " << level);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
