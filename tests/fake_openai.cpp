@@ -302,8 +302,9 @@ struct fake_openai::impl {
                 asio::steady_timer t(ctx, reply.delay);
                 co_await t.async_wait(use_tuple);
             }
-            bool keep = co_await write_reply(stream, reply);
+            // Stamped before the write: a request that depends on this answer is received later.
             answered(index);
+            bool keep = co_await write_reply(stream, reply);
             if (!keep || !p.get().keep_alive()) {
                 stream.socket().shutdown(tcp::socket::shutdown_both, ec);
                 co_return;

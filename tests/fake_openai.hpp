@@ -26,7 +26,7 @@ struct recorded_request {
     std::vector<std::pair<std::string, std::string>> headers;
     boost::json::value body;                             // null when the body is not JSON
     std::chrono::steady_clock::time_point received_at{}; // the whole request was read
-    // The answer's last byte was written (or the connection dropped as scripted); unset before.
+    // The answer started to go out (after its scripted delay); unset before.
     std::optional<std::chrono::steady_clock::time_point> answered_at;
     std::optional<std::string> header(std::string_view name) const;
 };
