@@ -97,15 +97,18 @@ std::shared_ptr<store> open_store(const std::string& name, const std::filesystem
 } // namespace
 
 int run_pipeline(const options& opt) {
-    opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length"});
+    opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length", "--context-window"});
     double seconds = opt.number("--seconds", 5);
     int threads = static_cast<int>(opt.number("--threads", 2));
     int sessions = static_cast<int>(opt.number("--sessions", 64));
     auto length = static_cast<std::int64_t>(opt.number("--session-length", 0));
     std::string store_name = opt.text("--store", "memory");
-    if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0) {
+    // The agent's model.context_window: with the default, sessions compact (summarise through
+    // the null model) every few hundred turns, as long sessions do.
+    auto window = static_cast<std::int64_t>(opt.number("--context-window", 8192));
+    if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0 || window < 2048) {
         std::cerr << "baton-bench pipeline: --seconds > 0, --threads >= 1, --sessions >= 1, "
-                     "--session-length >= 0\n";
+                     "--session-length >= 0, --context-window >= 2048\n";
         return 2;
     }
     auto dir = std::filesystem::temp_directory_path() /
@@ -122,6 +125,8 @@ int run_pipeline(const options& opt) {
     framework fw(db);
     agent a;
     a.model = std::make_shared<null_model>();
+    a.config.model.context_window = window;
+    a.config.context.reserve_output_tokens = 1024;
     fw.add_agent(a);
     if (length > 0) return run_session_length(fw, length, store_name);
 

@@ -1,3 +1,4 @@
+#include "pipeline/compaction.hpp"
 #include "pipeline/stages.hpp"
 
 namespace baton::pipeline {
@@ -12,8 +13,17 @@ std::string_view trim(std::string_view s) {
     return s;
 }
 
-tape_entry make_anchor(std::string_view name) {
-    return make_entry(tape_kind::anchor, {{"name", name}, {"summary", ""}});
+tape_entry make_anchor(std::string_view name, std::string_view summary) {
+    return make_entry(tape_kind::anchor, {{"name", name}, {"summary", summary}});
+}
+
+// What a handoff carries over: an extractive summary of the window (a command never calls the
+// model).
+std::string handoff_summary(const turn_context& ctx) {
+    const auto& w = ctx.window;
+    if (!w || ctx.history.size() != w->items.size() || w->items.size() <= w->pinned) return {};
+    return extractive_summary(ctx.history, w->items, w->pinned, w->items.size(),
+                              budget_of(ctx.agent->config).summary_cap());
 }
 } // namespace
 
@@ -28,7 +38,8 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
 
     if (word == "/help")
         return std::string("commands: /help (this list), /model (the agent's model), "
-                           "/handoff [name] (start a new context anchor), /reset (forget the context), "
+                           "/handoff [name] (a new context anchor carrying a summary), /reset (a new anchor, "
+                           "no summary), "
                            "/stop (stop the running turn)");
     if (word == "/model") {
         const auto& m = ctx.agent->config.model;
@@ -36,13 +47,13 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
     }
     if (word == "/handoff") {
         std::string name = arg.empty() ? std::string("handoff") : std::string(arg);
-        anchors.push_back(make_anchor(name));
+        anchors.push_back(make_anchor(name, handoff_summary(ctx)));
         return "handed off to a new anchor: " + name;
     }
     if (word == "/stop")
         return std::string("stop requested: the turn this session was running, if any, ends stopped");
     if (word == "/reset") {
-        anchors.push_back(make_anchor("reset"));
+        anchors.push_back(make_anchor("reset", ""));
         return std::string("context reset; the tape keeps the history");
     }
     return std::nullopt;

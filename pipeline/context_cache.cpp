@@ -1,49 +1,20 @@
 #include "pipeline/context_cache.hpp"
 
+#include <baton/store.hpp>
+
 #include <functional>
 
 namespace baton::pipeline {
 
 namespace {
 constexpr std::size_t shard_count = 16;
-
-std::string_view string_at(const json::object& o, std::string_view key) {
-    auto* v = o.if_contains(key);
-    return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
-}
-
-std::size_t message_bytes(const chat_message& m) {
-    return sizeof(chat_message) + m.content.capacity() + m.role.capacity();
-}
 } // namespace
-
-void context_window::add(const tape_entry& e, std::size_t max_messages) {
-    if (e.kind == tape_kind::anchor) {
-        messages.clear();
-        bytes = 0;
-        auto summary = string_at(e.payload, "summary");
-        if (summary.empty()) return;
-        messages.push_back({"system", std::string(summary)});
-        bytes += message_bytes(messages.back());
-        return;
-    }
-    if (e.kind != tape_kind::message) return;
-    auto role = string_at(e.payload, "role");
-    auto* text = e.payload.if_contains("text");
-    if (role.empty() || !text || !text->is_string()) return;
-    messages.push_back({std::string(role), std::string(text->get_string())});
-    bytes += message_bytes(messages.back());
-    while (messages.size() > max_messages) {
-        bytes -= message_bytes(messages.front());
-        messages.pop_front();
-    }
-}
 
 struct context_cache::shard {
     struct entry {
         json::object state;
         std::size_t state_bytes = 0;
-        context_window window;
+        std::shared_ptr<context_window> window; // null while lent
         std::size_t bytes = 0;
         std::list<std::string>::iterator lru; // position in `order`
     };
@@ -56,7 +27,8 @@ struct context_cache::shard {
     void touch(entry& e) { order.splice(order.begin(), order, e.lru); }
 
     void recount(const std::string& sid, entry& e) {
-        std::size_t n = sizeof(entry) + 2 * sid.size() + 96 + e.state_bytes + e.window.bytes;
+        std::size_t n = sizeof(entry) + 2 * sid.size() + 96 + e.state_bytes +
+                        (e.window ? sizeof(context_window) + e.window->bytes() : 0);
         bytes = bytes - e.bytes + n;
         e.bytes = n;
     }
@@ -77,8 +49,7 @@ struct context_cache::shard {
     }
 };
 
-context_cache::context_cache(std::size_t max_messages, std::size_t max_bytes)
-    : max_messages_(max_messages) {
+context_cache::context_cache(std::size_t max_bytes) {
     for (std::size_t i = 0; i < shard_count; ++i) {
         shards_.push_back(std::make_unique<shard>());
         shards_.back()->max_bytes = max_bytes / shard_count;
@@ -91,25 +62,21 @@ context_cache::shard& context_cache::shard_for(const std::string& sid) {
     return *shards_[std::hash<std::string>{}(sid) % shards_.size()];
 }
 
-bool context_cache::get(const std::string& sid, json::object& state, std::vector<chat_message>& window) {
+std::shared_ptr<context_window> context_cache::lend(const std::string& sid, json::object& state) {
     auto& sh = shard_for(sid);
     std::lock_guard lock(sh.mutex);
     auto it = sh.entries.find(sid);
-    if (it == sh.entries.end()) return false;
-    sh.touch(it->second);
-    state = it->second.state;
-    window.assign(it->second.window.messages.begin(), it->second.window.messages.end());
-    return true;
+    if (it == sh.entries.end() || !it->second.window) return nullptr;
+    auto& e = it->second;
+    sh.touch(e);
+    state = e.state;
+    return std::move(e.window);
 }
 
-context_window context_cache::render(const std::vector<tape_entry>& tail) const {
-    context_window window;
-    for (const auto& e : tail)
-        window.add(e, max_messages_);
-    return window;
-}
-
-void context_cache::put(const std::string& sid, const json::object& state, context_window window) {
+void context_cache::give_back(const std::string& sid, std::shared_ptr<context_window> w,
+                              const std::vector<tape_entry>& entries, const json::object* state) {
+    for (const auto& entry : entries)
+        w->add(entry);
     auto& sh = shard_for(sid);
     std::lock_guard lock(sh.mutex);
     auto [it, inserted] = sh.entries.try_emplace(sid);
@@ -120,23 +87,8 @@ void context_cache::put(const std::string& sid, const json::object& state, conte
     } else {
         sh.touch(e);
     }
-    shard::set_state(e, state);
-    e.window = std::move(window);
-    sh.recount(sid, e);
-    sh.evict();
-}
-
-void context_cache::apply(const std::string& sid, const std::vector<tape_entry>& entries,
-                          const json::object& state) {
-    auto& sh = shard_for(sid);
-    std::lock_guard lock(sh.mutex);
-    auto it = sh.entries.find(sid);
-    if (it == sh.entries.end()) return;
-    auto& e = it->second;
-    sh.touch(e);
-    for (const auto& entry : entries)
-        e.window.add(entry, max_messages_);
-    if (e.state != state) shard::set_state(e, state);
+    if (state && (inserted || e.state != *state)) shard::set_state(e, *state);
+    e.window = std::move(w);
     sh.recount(sid, e);
     sh.evict();
 }
@@ -158,6 +110,27 @@ std::size_t context_cache::sessions() const {
         n += sh->entries.size();
     }
     return n;
+}
+
+std::vector<tape_entry> read_context_entries(baton::store& s, const std::string& sid) {
+    for (std::size_t limit = 256;; limit *= 4) {
+        auto tail = s.tape_tail(sid, limit);
+        bool whole = tail.size() < limit;
+        auto span = find_context_span(tail, whole);
+        if (span.complete) {
+            tail.erase(tail.begin(), tail.begin() + static_cast<std::ptrdiff_t>(span.first));
+            return tail;
+        }
+        if (span.from > 0 && !tail.empty()) {
+            // The anchor kept entries older than this tail: read them forward from there.
+            auto older = s.read_tape(sid, span.from - 1, std::size_t(1) << 30);
+            std::size_t i = 0;
+            while (i < older.size() && older[i].id < span.from)
+                ++i;
+            older.erase(older.begin(), older.begin() + static_cast<std::ptrdiff_t>(i));
+            return older;
+        }
+    }
 }
 
 } // namespace baton::pipeline

@@ -1,14 +1,13 @@
-// The sessions' context windows, kept in memory between turns: load_state reads a session's window
-// from here instead of re-reading the tape, and save_state extends it with what the turn stored, so
-// the cost of a turn does not grow with the length of its session. A session not cached (first
-// turn since start, evicted, or its last save failed) is loaded from the store once.
+// The sessions' context windows, kept in memory between turns: a turn borrows its session's window
+// (load_state), extends and compacts it, and gives it back with what it stored (save_state), so
+// the cost of a turn does not grow with the length of its session and the window's messages are
+// never copied. A session not cached (first turn since start, evicted, or its last save failed)
+// is rebuilt from the store once.
 #pragma once
 
-#include <baton/model.hpp>
-#include <baton/types.hpp>
+#include "pipeline/context_window.hpp"
 
 #include <cstddef>
-#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -16,36 +15,27 @@
 #include <unordered_map>
 #include <vector>
 
+namespace baton {
+class store;
+}
+
 namespace baton::pipeline {
-
-// The messages since the last anchor, as the model sees them, with their approximate footprint.
-struct context_window {
-    std::deque<chat_message> messages;
-    std::size_t bytes = 0;
-
-    // Appends what a tape entry contributes: an anchor starts a new window (its summary, if any,
-    // as a system message); a message adds itself; other kinds add nothing. Keeps the last
-    // `max_messages`.
-    void add(const tape_entry& e, std::size_t max_messages);
-};
 
 class context_cache {
 public:
     // `max_bytes` bounds the whole cache (least recently used sessions go first).
-    explicit context_cache(std::size_t max_messages, std::size_t max_bytes = std::size_t(32) << 20);
+    explicit context_cache(std::size_t max_bytes = std::size_t(32) << 20);
     ~context_cache();
     context_cache(const context_cache&) = delete;
     context_cache& operator=(const context_cache&) = delete;
 
-    // Copies the session's state and window out; false when the session is not cached.
-    bool get(const std::string& sid, json::object& state, std::vector<chat_message>& window);
-    // The window a tape tail (oldest first) makes, within this cache's message bound.
-    context_window render(const std::vector<tape_entry>& tail) const;
-    // Caches a session loaded from the store, with the window render() made of its tail.
-    void put(const std::string& sid, const json::object& state, context_window window);
-    // After a successful save: extends the window and replaces the state. No-op when not cached.
-    void apply(const std::string& sid, const std::vector<tape_entry>& entries,
-               const json::object& state);
+    // Lends the session's window and copies its state out; null when the session is not cached
+    // (or its window is lent already: then the borrower rebuilds it from the store).
+    std::shared_ptr<context_window> lend(const std::string& sid, json::object& state);
+    // Takes a window back: the stored `entries` are applied to it and the state replaced (when
+    // given). A session evicted meanwhile is cached again.
+    void give_back(const std::string& sid, std::shared_ptr<context_window> w,
+                   const std::vector<tape_entry>& entries, const json::object* state);
     // After a failed save: the next turn reloads from the store.
     void erase(const std::string& sid);
 
@@ -54,8 +44,11 @@ public:
 private:
     struct shard;
     shard& shard_for(const std::string& sid);
-    std::size_t max_messages_;
     std::vector<std::unique_ptr<shard>> shards_;
 };
+
+// The entries a session's window is made of, oldest first, read from the store (see
+// find_context_span): never the whole tape unless the session never had an anchor.
+std::vector<tape_entry> read_context_entries(store& s, const std::string& sid);
 
 } // namespace baton::pipeline

@@ -1,6 +1,7 @@
 // The agent loop: call the model, run the tools it asks for, feed back the observations and
 // repeat, until it answers in text or the step limiter stops it. Time limits and cancellation
 // reach it through the awaiting coroutine's cancellation slot (see runtime.cpp).
+#include "pipeline/compaction.hpp"
 #include "pipeline/stages.hpp"
 
 #include <boost/system/system_error.hpp>
@@ -18,9 +19,39 @@ std::string clip_utf8(std::string s, std::size_t max) {
     return s;
 }
 
+// The request's raw token estimate, kept as the loop appends to it.
+struct request_budget {
+    std::int64_t raw = 0;
+    std::int64_t limit = 0; // the context budget
+    double factor = 1.0;
+    std::size_t own_from = 0; // messages from here on are this turn's (never lent)
+
+    void add(const chat_message& m) { raw += estimate_tokens(m); }
+    std::int64_t estimate() const {
+        return static_cast<std::int64_t>(factor * static_cast<double>(raw));
+    }
+    // A step's request must fit the window: this turn's large tool outputs become previews; if
+    // it still does not fit, the turn fails rather than send it.
+    void fit(model_request& req, const std::string& turn_id) {
+        if (estimate() <= limit) return;
+        for (std::size_t i = own_from; i < req.messages.size(); ++i) {
+            auto& m = req.messages[i];
+            if (m.role != "tool" || m.content.size() <= trim_above_bytes) continue;
+            raw -= estimate_tokens(m);
+            m.content = tool_output_preview(m.content, "the tape (turn " + turn_id + ", tool call " + m.tool_call_id + ")");
+            raw += estimate_tokens(m);
+        }
+        if (estimate() > limit)
+            throw turn_error("context_overflow", "the next model request would need about " +
+                                                     std::to_string(estimate()) +
+                                                     " tokens; the context budget is " +
+                                                     std::to_string(limit));
+    }
+};
+
 // Admission mode `steer`: messages that arrived meanwhile join the conversation at a step
 // boundary. True when there were any (the loop then takes another step).
-bool take_steering(turn_context& ctx, model_request& req) {
+bool take_steering(turn_context& ctx, model_request& req, request_budget& budget) {
     auto& take = ctx.progress().take_steering;
     if (!take) return false;
     auto steered = take();
@@ -29,6 +60,7 @@ bool take_steering(turn_context& ctx, model_request& req) {
         entry.turn_id = m.turn_id;
         ctx.new_entries.push_back(std::move(entry));
         req.messages.push_back({"user", std::move(m.text), {}, {}});
+        budget.add(req.messages.back());
     }
     return !steered.empty();
 }
@@ -56,17 +88,10 @@ asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_reque
         throw turn_error("model_error", e.what());
     }
 }
-} // namespace
-
-asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt& p) {
+// The loop itself: steps until a text answer or the step limit.
+asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, request_budget& budget) {
     const auto& cfg = ctx.agent->config;
     auto& progress = ctx.progress();
-    model_request req;
-    req.model = cfg.model.model;
-    req.messages = std::move(p.messages);
-    req.max_tokens = cfg.model.max_output_tokens;
-    req.tools = ctx.framework->tools().schemas(cfg.tools);
-
     model_output out;
     for (std::int64_t step = 1;; ++step) {
         if (step > cfg.limits.max_steps) {
@@ -75,6 +100,7 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
                 make_event_entry("step_limit", json::object{{"max_steps", cfg.limits.max_steps}}));
             break;
         }
+        budget.fit(req, ctx.inbound.turn_id);
         chat_completion c;
         ctx.emit("model.call", json::object{{"step", step}});
         if (ctx.framework->has_before_model_call()) {
@@ -85,6 +111,7 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
         } else {
             c = co_await call_model(ctx, req);
         }
+        if (ctx.window) ctx.window->learn(c.prompt_tokens, budget.raw);
         out.steps = progress.steps = step;
         out.usage.prompt_tokens += c.prompt_tokens;
         out.usage.completion_tokens += c.completion_tokens;
@@ -104,13 +131,15 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
             ctx.new_entries.push_back(make_message("assistant", out.reply));
             if (!progress.take_steering) break;
             req.messages.push_back({"assistant", out.reply, {}, {}});
-            if (take_steering(ctx, req)) continue;
+            budget.add(req.messages.back());
+            if (take_steering(ctx, req, budget)) continue;
             break;
         }
         // The model asked for tools: record the calls, run them, feed the observations back.
         if (!out.reply.empty()) ctx.new_entries.push_back(make_message("assistant", out.reply));
         chat_message asked{"assistant", out.reply, c.tool_calls, {}};
         req.messages.push_back(std::move(asked));
+        budget.add(req.messages.back());
         for (const auto& call_item : c.tool_calls) {
             ctx.emit("tool.call", json::object{{"step", step},
                                                {"call_id", call_item.id},
@@ -131,9 +160,46 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
                 tape_kind::tool_result,
                 {{"call_id", call_item.id}, {"ok", results[i].ok}, {"output", results[i].output}}));
             req.messages.push_back({"tool", results[i].output, {}, call_item.id});
+            budget.add(req.messages.back());
         }
-        take_steering(ctx, req);
+        take_steering(ctx, req, budget);
     }
+    co_return out;
+}
+
+} // namespace
+
+asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt& p) {
+    const auto& cfg = ctx.agent->config;
+    model_request req;
+    req.model = cfg.model.model;
+    req.messages = std::move(p.messages);
+    req.max_tokens = cfg.model.max_output_tokens;
+    req.tools = ctx.framework->tools().schemas(cfg.tools);
+
+    request_budget budget;
+    budget.limit = budget_of(cfg).tokens;
+    budget.own_from = p.lent;
+    if (ctx.window) budget.factor = ctx.window->token_factor;
+    if (p.estimated_tokens > 0) {
+        budget.raw = p.estimated_tokens;
+    } else {
+        for (const auto& m : req.messages)
+            budget.add(m);
+        budget.raw += estimate_tokens(req.tools);
+    }
+    // The window lent to the prompt goes back to the turn, whatever happens here.
+    auto hand_back = [&] {
+        if (p.lent > 0) ctx.history = std::move(req.messages);
+    };
+    std::optional<model_output> out;
+    try {
+        out = co_await agent_loop(ctx, req, budget);
+    } catch (...) {
+        hand_back();
+        throw;
+    }
+    hand_back();
     co_return out;
 }
 

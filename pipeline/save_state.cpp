@@ -1,27 +1,84 @@
+#include "pipeline/compaction.hpp"
 #include "pipeline/context_cache.hpp"
 #include "pipeline/stages.hpp"
 
 namespace baton::pipeline {
 
+namespace {
+// Takes the lent window back from the turn; null when the turn did not give it back whole (a
+// plugin took the prompt's messages): then the next turn rebuilds it from the store.
+std::shared_ptr<context_window> reclaim(turn_context& ctx) {
+    auto w = std::move(ctx.window);
+    if (!w || ctx.history.size() < w->items.size()) return nullptr;
+    // What follows the window in a handed-back request is this turn's, re-added from its entries.
+    ctx.history.resize(w->items.size());
+    w->messages = std::move(ctx.history);
+    ctx.history.clear();
+    return w;
+}
+
+// Tells the runtime when the session's window is big enough to compact while it is idle.
+void report_idle_due(turn_context& ctx, const context_window& w) {
+    const auto& cfg = ctx.agent->config;
+    if (!ctx.framework || !ctx.framework->on_compaction_due || cfg.context.idle_compaction_after.count() <= 0)
+        return;
+    if (estimate_with(w, w.tool_tokens) < budget_of(cfg).at(1)) return;
+    ctx.framework->on_compaction_due(ctx.session_id, cfg.name, cfg.context.idle_compaction_after);
+}
+
+asio::awaitable<std::vector<tape_entry>> store_entries(store_runner& db, state_update u) {
+    auto save = [u = std::move(u)](store& s) mutable {
+        s.save_state(u);
+        return std::move(u.entries);
+    };
+    co_return co_await db.run(std::move(save));
+}
+} // namespace
+
 asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx) {
+    auto w = reclaim(ctx);
     state_update u;
     u.session_id = ctx.session_id;
     u.turn_id = ctx.inbound.turn_id;
     u.entries = std::move(ctx.new_entries);
     u.state = ctx.session_state;
-    auto save = [u = std::move(u)](store& s) mutable {
-        s.save_state(u);
-        return std::move(u.entries);
-    };
     try {
         // The stored entries come back with their ids, for whoever reads the context after us.
-        ctx.new_entries = co_await db.run(std::move(save));
+        ctx.new_entries = co_await store_entries(db, std::move(u));
     } catch (...) {
         // What the store holds is now unknown here: the next turn reads it again.
         cache.erase(ctx.session_id);
         throw;
     }
-    cache.apply(ctx.session_id, ctx.new_entries, ctx.session_state);
+    if (!w) {
+        cache.erase(ctx.session_id);
+        co_return;
+    }
+    auto kept = w;
+    cache.give_back(ctx.session_id, std::move(w), ctx.new_entries, &ctx.session_state);
+    report_idle_due(ctx, *kept);
+}
+
+asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,
+                                   const std::string& session_id) {
+    json::object state;
+    auto w = cache.lend(session_id, state);
+    if (!w) co_return; // not in memory (evicted, or a turn failed): the next turn compacts
+    std::vector<tape_entry> entries;
+    try {
+        co_await compact({&ag, std::max<std::int64_t>(w->tool_tokens, 0), compaction_trigger::idle, nullptr},
+                         *w, entries);
+        if (!entries.empty()) {
+            state_update u;
+            u.session_id = session_id;
+            u.entries = std::move(entries);
+            entries = co_await store_entries(db, std::move(u));
+        }
+    } catch (...) {
+        cache.erase(session_id);
+        throw;
+    }
+    cache.give_back(session_id, std::move(w), entries, nullptr);
 }
 
 } // namespace baton::pipeline

@@ -6,9 +6,6 @@
 
 namespace baton::pipeline {
 
-// How many tape entries load_state restores as the context window (never the whole tape).
-inline constexpr std::size_t history_window = 64;
-
 asio::awaitable<std::optional<std::string>> resolve_session(turn_context& ctx);
 class context_cache;
 asio::awaitable<std::optional<json::object>> load_state(store_runner& db, context_cache& cache,
@@ -20,6 +17,9 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
 asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
                                                     const std::vector<tool_call>& calls);
 asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx);
+// Idle compaction of one session (framework::compact_session).
+asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,
+                                   const std::string& session_id);
 asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
 asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);
 

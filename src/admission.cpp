@@ -35,10 +35,13 @@ actor_registry::reserve(const std::string& sid, const admission_config& adm, con
     auto it = sh.actors.find(sid);
     if (it != sh.actors.end()) {
         auto& a = *it->second;
-        bool would_wait = a.busy || !a.queue.empty();
+        // An idle compaction in the queue or running delays a message but does not count as a turn.
+        auto waiting = std::count_if(a.queue.begin(), a.queue.end(),
+                                     [](const auto& s) { return !s->compaction; });
+        bool would_wait = (a.busy && !a.running.empty()) || waiting > 0;
         if (would_wait && adm.mode == admission_mode::reject)
             return api_error{errc::session_busy, "session " + sid + " is running a turn"};
-        if (would_wait && static_cast<std::int64_t>(a.queue.size()) >= adm.max_queued)
+        if (would_wait && waiting >= adm.max_queued)
             return api_error{errc::session_queue_full, "session " + sid + " already has " +
                                                            std::to_string(a.queue.size()) +
                                                            " messages waiting"};
@@ -75,6 +78,24 @@ std::shared_ptr<session_actor> actor_registry::requeue(const turn_record& rec) {
     return actor;
 }
 
+std::shared_ptr<session_actor> actor_registry::queue_compaction(const std::string& sid,
+                                                                const std::string& agent) {
+    std::size_t index = 0;
+    auto& sh = shard_for(sid, &index);
+    std::lock_guard lock(sh.mutex);
+    if (auto it = sh.actors.find(sid);
+        it != sh.actors.end() && (it->second->busy || it->second->drainer || !it->second->queue.empty()))
+        return nullptr;
+    auto actor = get_or_create(sh, index, sid);
+    auto slot = std::make_shared<turn_slot>();
+    slot->record.session_id = sid;
+    slot->record.agent = agent;
+    slot->ready = true;
+    slot->compaction = true;
+    actor->queue.push_back(std::move(slot));
+    return actor;
+}
+
 bool actor_registry::claim_drainer(session_actor& a, bool draining) {
     std::lock_guard lock(shards_[a.shard].mutex);
     if (a.drainer || draining || a.queue.empty() || !a.queue.front()->ready) return false;
@@ -107,7 +128,8 @@ void actor_registry::turn_done(session_actor& a) {
 std::vector<turn_record> actor_registry::take_ready(session_actor& a, const std::string& agent) {
     std::lock_guard lock(shards_[a.shard].mutex);
     std::vector<turn_record> out;
-    while (!a.queue.empty() && a.queue.front()->ready && a.queue.front()->record.agent == agent) {
+    while (!a.queue.empty() && a.queue.front()->ready && !a.queue.front()->compaction &&
+           a.queue.front()->record.agent == agent) {
         out.push_back(std::move(a.queue.front()->record));
         a.queue.pop_front();
     }
@@ -140,7 +162,9 @@ live_status actor_registry::status(const std::string& sid) {
     std::lock_guard lock(sh.mutex);
     auto it = sh.actors.find(sid);
     if (it == sh.actors.end()) return {};
-    return {it->second->busy, static_cast<std::int64_t>(it->second->queue.size())};
+    const auto& q = it->second->queue;
+    auto queued = std::count_if(q.begin(), q.end(), [](const auto& s) { return !s->compaction; });
+    return {it->second->busy, static_cast<std::int64_t>(queued)};
 }
 
 std::size_t actor_registry::live_sessions() {

@@ -23,6 +23,9 @@ namespace baton::detail {
 struct turn_slot {
     turn_record record;
     bool ready = false; // stored; may run
+    // Not a turn: the session's idle compaction (record names the session and agent only). It
+    // waits its turn like a message, so it never runs beside a turn of its session.
+    bool compaction = false;
 };
 
 struct session_actor {
@@ -61,6 +64,8 @@ public:
     void release(session_actor& a, const std::shared_ptr<turn_slot>& s);
     // Puts a stored turn back in its session's queue (recovery); no bound applies.
     std::shared_ptr<session_actor> requeue(const turn_record& rec);
+    // Queues the session's idle compaction; null when the session is not idle (busy or queued).
+    std::shared_ptr<session_actor> queue_compaction(const std::string& sid, const std::string& agent);
 
     // True when the caller must start the session's drainer: none runs and the head is ready.
     bool claim_drainer(session_actor& a, bool draining);

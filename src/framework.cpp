@@ -11,12 +11,18 @@
 namespace baton {
 
 framework::framework(store_runner& db)
-    : db_(db), cache_(std::make_unique<pipeline::context_cache>(pipeline::history_window)) {
+    : db_(db), cache_(std::make_unique<pipeline::context_cache>()) {
     plugins_.push_back(make_default_plugin(db, *cache_));
     tools_.add(make_clock_tool());
 }
 
 framework::~framework() = default;
+
+asio::awaitable<void> framework::compact_session(std::string session_id, std::string agent) {
+    const baton::agent* a = find_agent(agent);
+    if (!a) co_return;
+    co_await pipeline::compact_idle(db_, *cache_, *a, session_id);
+}
 
 asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)

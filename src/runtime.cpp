@@ -79,16 +79,38 @@ struct runtime::impl {
     // It ends with the turn that answered it: same status, reply and error; no steps of its own.
     asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier);
     bool signal_running(const std::string& turn_id);
+
+    // Idle compaction: sessions whose window is worth compacting, each due once it has been
+    // idle long enough. One timer loop serves them all while any is due.
+    using clock = std::chrono::steady_clock;
+    struct idle_session {
+        std::string session_id;
+        std::string agent;
+    };
+    std::mutex idle_mutex;
+    std::multimap<clock::time_point, idle_session> idle_due;
+    std::unordered_map<std::string, clock::time_point> idle_latest; // the due that still counts
+    bool idle_loop_running = false;
+    void compaction_due(const std::string& sid, const std::string& agent, std::chrono::milliseconds after);
+    asio::awaitable<void> idle_loop();
+    asio::awaitable<void> run_compaction(std::shared_ptr<session_actor> a, turn_record rec);
 };
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options events)
-    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, events)) {}
+    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, events)) {
+    fw_.on_compaction_due = [i = impl_.get()](const std::string& sid, const std::string& agent,
+                                              std::chrono::milliseconds after) {
+        i->compaction_due(sid, agent, after);
+    };
+}
 
 event_hub& runtime::events() {
     return impl_->hub;
 }
 
-runtime::~runtime() = default;
+runtime::~runtime() {
+    fw_.on_compaction_due = nullptr;
+}
 
 std::size_t runtime::live_sessions() const {
     return impl_->actors.live_sessions();
@@ -135,6 +157,11 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
     for (;;) {
         auto next = actors.next_turn(*a, rt.draining());
         if (!next) co_return;
+        if (next->compaction) {
+            co_await run_compaction(a, std::move(next->record));
+            actors.turn_done(*a);
+            continue;
+        }
         // Admission mode `collect`: the messages that queued behind it are answered together.
         std::vector<turn_record> collected;
         const agent* ag = rt.fw_.find_agent(next->record.agent);
@@ -142,6 +169,64 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
             collected = actors.take_ready(*a, next->record.agent);
         co_await run_turn(a, std::move(next->record), std::move(collected));
         actors.turn_done(*a);
+    }
+}
+
+void runtime::impl::compaction_due(const std::string& sid, const std::string& agent,
+                                   std::chrono::milliseconds after) {
+    auto due = clock::now() + after;
+    {
+        std::lock_guard lock(idle_mutex);
+        idle_latest[sid] = due;
+        idle_due.emplace(due, idle_session{sid, agent});
+        if (idle_loop_running) return;
+        idle_loop_running = true;
+    }
+    // Outside the lock: co_spawn may start the loop right here.
+    asio::co_spawn(ex, idle_loop(), log::spawn_logger{"idle compaction"});
+}
+
+asio::awaitable<void> runtime::impl::idle_loop() {
+    asio::steady_timer timer(ex);
+    for (;;) {
+        std::vector<idle_session> ready;
+        bool stop = false;
+        auto wake = clock::now() + std::chrono::milliseconds(200);
+        {
+            std::lock_guard lock(idle_mutex);
+            auto now = clock::now();
+            while (!idle_due.empty() && idle_due.begin()->first <= now) {
+                auto node = idle_due.extract(idle_due.begin());
+                auto latest = idle_latest.find(node.mapped().session_id);
+                // A later turn of the session moved its due: this one no longer counts.
+                if (latest == idle_latest.end() || latest->second != node.key()) continue;
+                idle_latest.erase(latest);
+                ready.push_back(std::move(node.mapped()));
+            }
+            if (idle_due.empty() || rt.draining()) {
+                idle_loop_running = false;
+                idle_due.clear();
+                idle_latest.clear();
+                stop = true;
+            } else {
+                wake = std::min(wake, idle_due.begin()->first);
+            }
+        }
+        for (auto& s : ready) {
+            // A session busy again is left alone: its turn reports it due afresh when it ends.
+            if (auto a = actors.queue_compaction(s.session_id, s.agent)) kick(a);
+        }
+        if (stop) co_return;
+        timer.expires_at(std::max(wake, clock::now() + std::chrono::milliseconds(5)));
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+}
+
+asio::awaitable<void> runtime::impl::run_compaction(std::shared_ptr<session_actor> a, turn_record rec) {
+    try {
+        co_await rt.fw_.compact_session(rec.session_id, rec.agent);
+    } catch (const std::exception& e) {
+        log::warn("idle compaction failed", {{"session", a->session_id}, {"error", e.what()}});
     }
 }
 

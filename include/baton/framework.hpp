@@ -15,6 +15,7 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <map>
@@ -71,6 +72,11 @@ struct inbound {
 struct prompt {
     std::vector<chat_message> messages;
     std::optional<std::string> direct_reply;
+    // Set by the default build_prompt: how many leading messages are the session's window lent
+    // by the context cache (turn_context::history), and the prompt's raw token estimate. The
+    // default run_model hands the window back when the turn ends.
+    std::size_t lent = 0;
+    std::int64_t estimated_tokens = 0;
 };
 
 struct model_output {
@@ -104,6 +110,10 @@ struct agent {
 };
 
 class framework;
+namespace pipeline {
+class context_cache;
+class context_window;
+} // namespace pipeline
 
 // Everything one turn carries between its stages.
 struct turn_context {
@@ -112,9 +122,12 @@ struct turn_context {
     const baton::agent* agent = nullptr;
     turn_state state;
     json::object session_state; // restored by load_state, persisted by save_state
-    // The context window restored by load_state: the messages since the last anchor (at most
-    // pipeline::history_window), oldest first. The default build_prompt moves it into the prompt.
+    // The context restored by load_state, as the default prompt starts: the agent's pinned
+    // blocks, the last anchor's summary, then the messages and tool round-trips since, oldest
+    // first, already within the token budget. It is lent by the session's context cache: read it,
+    // copy it or move it into a prompt, but do not edit it in place (save_state gives it back).
     std::vector<chat_message> history;
+    std::shared_ptr<pipeline::context_window> window; // its bookkeeping (pipeline/)
     std::vector<tape_entry> new_entries; // appended by this turn, persisted by save_state
     model_output output;
     std::vector<outbound> outbox;
@@ -166,10 +179,6 @@ struct plugin {
     hook<asio::awaitable<void>(turn_context&, const tool_call&, tool_result&)> after_tool_call;
 };
 
-namespace pipeline {
-class context_cache;
-}
-
 // The default hooks (pipeline/): the framework registers them first, so every plugin overrides them.
 plugin make_default_plugin(store_runner& db, pipeline::context_cache& cache);
 
@@ -195,6 +204,13 @@ public:
     // Runs one turn. Throws what a stage threw (after on_error saw it); cancellation follows the
     // awaiting coroutine's slot and still lets save_state run once run_model was entered.
     asio::awaitable<turn_result> process_inbound(inbound in);
+
+    // Idle compaction (the runtime's timer calls it in the session's queue, never beside a turn):
+    // compacts the session's cached window when its estimate crossed the first threshold.
+    asio::awaitable<void> compact_session(std::string session_id, std::string agent);
+    // Told after a turn whose session would be compacted when idle: (session, agent, after).
+    std::function<void(const std::string&, const std::string&, std::chrono::milliseconds)>
+        on_compaction_due;
 
 private:
     asio::awaitable<void> guarded(std::string_view stage, turn_context& ctx, asio::awaitable<void> op);
