@@ -76,6 +76,10 @@ std::int64_t prompt_tokens_of(const json::value& request_body) {
             total += quarter(bytes);
         }
     }
+    // Function definitions count too, as the model reads them.
+    if (const auto* tools = body->if_contains("tools");
+        tools && tools->is_array() && !tools->get_array().empty())
+        total += quarter(json::serialize(*tools).size());
     return total;
 }
 

@@ -32,7 +32,8 @@ struct recorded_request {
 };
 
 // The fake's own token count of a chat-completions request: per message 4 + ceil(bytes(content)/4),
-// plus ceil(bytes(name + arguments)/4) per tool call. Tool schemas are not counted.
+// plus ceil(bytes(name + arguments)/4) per tool call, plus ceil(bytes(the "tools" array as JSON)/4):
+// like a real model's prompt_tokens, it counts the function definitions it is offered.
 std::int64_t prompt_tokens_of(const boost::json::value& request_body);
 
 // One scripted answer. Build with the factories, adjust the public fields as needed.
