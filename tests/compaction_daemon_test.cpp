@@ -148,6 +148,89 @@ std::vector<recorded_request> summary_requests(const context_daemon& c) {
     return out;
 }
 
+// Runs `turns` turns of varying sizes on s1 (some call the bulk tool with a large or a small
+// output, some the clock), checking that every turn completes, every request carries the pinned
+// blocks first and fits the budget by the model's count, and the tape keeps every message in
+// order. Returns the number of compaction events by level.
+std::map<std::int64_t, int> long_session(context_daemon& c, int turns) {
+    std::mt19937 rng(20261130);
+    auto pick = [&](int lo, int hi) {
+        return static_cast<std::size_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
+    };
+    std::vector<std::string> sent;
+    int not_completed = 0;
+    auto started = steady::now();
+    for (int i = 1; i <= turns; ++i) {
+        auto roll = pick(1, 100);
+        auto bytes = roll <= 75 ? pick(20, 250) : roll <= 95 ? pick(250, 600) : pick(600, 900);
+        std::string how = "{reply:" + std::to_string(pick(10, 300)) + "}";
+        if (i % 10 == 3)
+            how += "{bulk:" + std::to_string(pick(600, 2400)) + "}";
+        else if (i % 10 == 7)
+            how += "{clock}";
+        else if (i % 25 == 11)
+            how += "{bulk:" + std::to_string(pick(100, 400)) + "}";
+        auto text = user_message("turn-" + std::to_string(i), bytes, how);
+        auto t = c.turn(text);
+        sent.push_back(text);
+        if (t.status() != "completed") {
+            ++not_completed;
+            BOOST_TEST_MESSAGE("turn " << i << " ended " << t.record);
+        }
+        for (const auto& f : t.compactions())
+            BOOST_TEST(int_at(f, "before_tokens") > int_at(f, "after_tokens"),
+                       "turn " << i << ": " << f);
+    }
+    auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - started);
+    BOOST_TEST_MESSAGE(turns << " turns in " << elapsed.count() << " ms");
+    BOOST_TEST(not_completed == 0);
+
+    // Every request: the pinned blocks first, and within the budget.
+    auto reqs = c.d.model.requests();
+    const auto& pinned_blocks = c.options.pinned;
+    std::size_t over = 0, unpinned = 0, summaries = 0;
+    std::string first_over;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        auto n = c.model_tokens(reqs[i]);
+        bool summary = is_summary_request(reqs[i]);
+        summaries += summary;
+        if (n > c.budget() && over++ < 5)
+            first_over +=
+                "\n  request " + std::to_string(i) + ": " + std::to_string(n) + " tokens, " +
+                describe(reqs[i]) + "; the one before: " +
+                (i ? std::to_string(c.model_tokens(reqs[i - 1])) + " tokens, " + describe(reqs[i - 1])
+                   : std::string("none"));
+        if (summary) continue;
+        const auto& msgs = messages_of(reqs[i]);
+        bool pinned = msgs.size() > pinned_blocks.size();
+        for (std::size_t k = 0; pinned && k < pinned_blocks.size(); ++k)
+            pinned = string_at(msgs[k].as_object(), "role") == "system" &&
+                     string_at(msgs[k].as_object(), "content") == pinned_blocks[k];
+        unpinned += !pinned;
+    }
+    BOOST_TEST_MESSAGE(reqs.size() << " model requests, " << summaries << " of them summaries");
+    BOOST_TEST(over == 0u,
+               over << " requests over the budget " << c.budget() << "; the first ones:" << first_over);
+    BOOST_TEST(unpinned == 0u, unpinned << " requests without the pinned blocks first");
+
+    // The tape holds every message, in order.
+    auto tape = c.tape();
+    std::vector<std::string> users;
+    for (const auto& e : tape)
+        if (string_at(e, "kind") == "message" &&
+            string_at(e.at("payload").as_object(), "role") == "user")
+            users.push_back(string_at(e.at("payload").as_object(), "text"));
+    BOOST_TEST(users.size() == sent.size());
+    BOOST_TEST((users == sent), "the tape's user messages differ from those sent");
+    std::map<std::int64_t, int> by_level;
+    for (const auto& e : compaction_events(tape))
+        ++by_level[int_at(e, "level")];
+    BOOST_TEST_MESSAGE("compaction events by level: 1:"
+                       << by_level[1] << " 2:" << by_level[2] << " 3:" << by_level[3]
+                       << " 4:" << by_level[4] << "; anchors " << entries_of(tape, "anchor").size());
+    return by_level;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(compaction_daemon)
@@ -350,6 +433,22 @@ BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_tur
     BOOST_TEST_REQUIRE(msgs.size() >= pinned + 2);
     BOOST_TEST(string_at(msgs[pinned].as_object(), "content").find(extract_prefix) != std::string::npos);
     c.check_every_request_fits();
+}
+
+BOOST_AUTO_TEST_CASE(a_summary_call_failing_with_500s_falls_back_to_an_extract_after_the_retries) {
+    context_daemon c;
+    c.set_summarizer([](const recorded_request&) { return fake_reply::error(500, "overloaded"); });
+    fill_past_t3(c);
+    auto t = c.turn(user_message("after-fill", 40));
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    auto tape = c.tape();
+    auto e = only_event_at(compaction_events(tape), 3);
+    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    BOOST_TEST(summary_requests(c).size() > 1u, "a 500 was not retried");
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_summary_falls_back_to_an_extract) {
@@ -577,85 +676,23 @@ BOOST_AUTO_TEST_CASE(a_thousand_turns_never_send_a_request_over_the_budget_and_l
     o.reserve = 200;
     o.thresholds = {0.6, 0.75, 0.85};
     context_daemon c(o);
-    std::mt19937 rng(20261130);
-    auto pick = [&](int lo, int hi) {
-        return static_cast<std::size_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
-    };
-    std::vector<std::string> sent;
-    std::map<std::string, int> frame_stages;
-    int not_completed = 0;
-    auto started = steady::now();
-    for (int i = 1; i <= 1000; ++i) {
-        auto roll = pick(1, 100);
-        auto bytes = roll <= 75 ? pick(20, 250) : roll <= 95 ? pick(250, 600) : pick(600, 900);
-        std::string how = "{reply:" + std::to_string(pick(10, 300)) + "}";
-        if (i % 10 == 3)
-            how += "{bulk:" + std::to_string(pick(600, 2400)) + "}";
-        else if (i % 10 == 7)
-            how += "{clock}";
-        else if (i % 25 == 11)
-            how += "{bulk:" + std::to_string(pick(100, 400)) + "}";
-        auto text = user_message("turn-" + std::to_string(i), bytes, how);
-        auto t = c.turn(text);
-        sent.push_back(text);
-        if (t.status() != "completed") {
-            ++not_completed;
-            BOOST_TEST_MESSAGE("turn " << i << " ended " << t.record);
-        }
-        for (const auto& f : t.compactions()) {
-            ++frame_stages[string_at(f, "stage")];
-            BOOST_TEST(int_at(f, "before_tokens") > int_at(f, "after_tokens"),
-                       "turn " << i << ": " << f);
-        }
-    }
-    auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(steady::now() - started);
-    BOOST_TEST_MESSAGE("1000 turns in " << elapsed.count() << " ms");
-    BOOST_TEST(not_completed == 0);
-
-    // Every request: the pinned blocks first, and within the budget.
-    auto reqs = c.d.model.requests();
-    std::size_t over = 0, unpinned = 0, summaries = 0;
-    std::string first_over;
-    for (std::size_t i = 0; i < reqs.size(); ++i) {
-        auto n = prompt_tokens_of(reqs[i].body);
-        bool summary = is_summary_request(reqs[i]);
-        summaries += summary;
-        if (n > c.budget() && over++ < 5)
-            first_over += "\n  request " + std::to_string(i) + ": " + std::to_string(n) + " tokens, " +
-                          describe(reqs[i]) + "; the one before: " +
-                          (i ? std::to_string(prompt_tokens_of(reqs[i - 1].body)) + " tokens, " +
-                                   describe(reqs[i - 1])
-                             : std::string("none"));
-        if (summary) continue;
-        const auto& msgs = messages_of(reqs[i]);
-        bool pinned = msgs.size() > o.pinned.size();
-        for (std::size_t k = 0; pinned && k < o.pinned.size(); ++k)
-            pinned = string_at(msgs[k].as_object(), "role") == "system" &&
-                     string_at(msgs[k].as_object(), "content") == o.pinned[k];
-        unpinned += !pinned;
-    }
-    BOOST_TEST_MESSAGE(reqs.size() << " model requests, " << summaries << " of them summaries");
-    BOOST_TEST(over == 0u,
-               over << " requests over the budget " << c.budget() << "; the first ones:" << first_over);
-    BOOST_TEST(unpinned == 0u, unpinned << " requests without the pinned blocks first");
-
-    // The tape holds all 1,000 messages in order; every stage had work.
-    auto tape = c.tape();
-    std::vector<std::string> users;
-    for (const auto& e : tape)
-        if (string_at(e, "kind") == "message" &&
-            string_at(e.at("payload").as_object(), "role") == "user")
-            users.push_back(string_at(e.at("payload").as_object(), "text"));
-    BOOST_TEST(users.size() == 1000u);
-    BOOST_TEST((users == sent), "the tape's user messages differ from those sent");
-    std::map<std::int64_t, int> by_level;
-    for (const auto& e : compaction_events(tape))
-        ++by_level[int_at(e, "level")];
-    BOOST_TEST_MESSAGE("compaction events by level: 1:"
-                       << by_level[1] << " 2:" << by_level[2] << " 3:" << by_level[3]
-                       << " 4:" << by_level[4] << "; anchors " << entries_of(tape, "anchor").size());
+    auto by_level = long_session(c, 1000);
     for (std::int64_t level : {1, 2, 3})
         BOOST_TEST(by_level[level] > 0, "no compaction at level " << level);
+}
+
+BOOST_AUTO_TEST_CASE(a_model_that_counts_twice_the_estimate_still_gets_requests_within_its_budget) {
+    // The model reports twice the tokens baton's byte estimate sees: the correction factor must
+    // make baton compact twice as early. The same session shape as above, at B = 2000 model
+    // tokens (1000 by the bytes).
+    context_options o;
+    o.window = 2200;
+    o.reserve = 200;
+    o.thresholds = {0.6, 0.75, 0.85};
+    o.token_scale = 2.0;
+    context_daemon c(o);
+    auto by_level = long_session(c, 150);
+    BOOST_TEST(by_level[3] > 0, "no summary in 150 turns");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 namespace baton::test {
 
@@ -243,7 +244,7 @@ context_daemon::context_daemon(context_options o, json::object limits)
         out.pieces = {bulk_output(n > 0 ? static_cast<std::size_t>(n) : 0)};
         return out;
     });
-    d.model.report_prompt_tokens(true);
+    d.model.report_prompt_tokens(options.token_scale);
     d.model.set_handler([this](const recorded_request& r) { return answer_request(r); });
 }
 
@@ -277,10 +278,14 @@ fake_reply context_daemon::answer_request(const recorded_request& r) {
     return fake_reply::completion(reply_text(how.reply));
 }
 
+std::int64_t context_daemon::model_tokens(const recorded_request& r) const {
+    return static_cast<std::int64_t>(std::llround(prompt_tokens_of(r.body) * options.token_scale));
+}
+
 void context_daemon::check_every_request_fits() {
     auto reqs = d.model.requests();
     for (std::size_t i = 0; i < reqs.size(); ++i) {
-        auto n = prompt_tokens_of(reqs[i].body);
+        auto n = model_tokens(reqs[i]);
         BOOST_TEST(n <= budget(), "request " << i << (is_summary_request(reqs[i]) ? " (summary)" : "")
                                              << " counts " << n << " tokens, over the budget "
                                              << budget());

@@ -17,6 +17,7 @@
 #include <openssl/x509v3.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <functional>
@@ -186,7 +187,7 @@ struct fake_openai::impl {
     std::deque<fake_reply> replies;
     std::vector<recorded_request> requests;
     std::function<fake_reply(const recorded_request&)> handler;
-    bool count_tokens = false;
+    double token_scale = 0; // report prompt tokens as prompt_tokens_of times this; 0: off
     std::atomic<std::size_t> connections{0};
     unsigned short port = 0; // read by the test thread: cached before the server thread starts
 
@@ -194,33 +195,33 @@ struct fake_openai::impl {
     fake_reply next(std::size_t index) {
         std::function<fake_reply(const recorded_request&)> h;
         recorded_request req;
-        bool count = false;
+        double scale = 0;
         {
             std::lock_guard lock(mutex);
             if (!replies.empty()) {
                 auto r = std::move(replies.front());
                 replies.pop_front();
-                if (count_tokens) report_usage(r, requests[index].body);
+                if (token_scale > 0) report_usage(r, requests[index].body, token_scale);
                 return r;
             }
             if (!handler) return fake_reply::error(500, "fake_openai: no scripted reply left");
             h = handler;
             req = requests[index];
-            count = count_tokens;
+            scale = token_scale;
         }
         auto r = h(req);
-        if (count) report_usage(r, req.body);
+        if (scale > 0) report_usage(r, req.body, scale);
         return r;
     }
 
     // Rewrites usage.prompt_tokens of a whole JSON answer to the fake's count of the request.
-    static void report_usage(fake_reply& r, const json::value& request_body) {
+    static void report_usage(fake_reply& r, const json::value& request_body, double scale) {
         if (r.status != 200 || r.chunked || r.pieces.size() != 1) return;
         boost::system::error_code ec;
         auto v = json::parse(r.pieces[0], ec);
         auto* usage = ec || !v.is_object() ? nullptr : v.get_object().if_contains("usage");
         if (!usage || !usage->is_object()) return;
-        auto prompt = prompt_tokens_of(request_body);
+        auto prompt = static_cast<std::int64_t>(std::llround(prompt_tokens_of(request_body) * scale));
         auto& u = usage->get_object();
         const auto* completion = u.if_contains("completion_tokens");
         std::int64_t done = completion && completion->is_int64() ? completion->get_int64() : 0;
@@ -362,9 +363,9 @@ void fake_openai::set_handler(std::function<fake_reply(const recorded_request&)>
     impl_->handler = std::move(handler);
 }
 
-void fake_openai::report_prompt_tokens(bool on) {
+void fake_openai::report_prompt_tokens(double scale) {
     std::lock_guard lock(impl_->mutex);
-    impl_->count_tokens = on;
+    impl_->token_scale = scale;
 }
 
 std::vector<recorded_request> fake_openai::requests() const {

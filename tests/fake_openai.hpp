@@ -87,8 +87,9 @@ public:
     // Answers every request that finds no scripted reply queued (else a 500). Called on the
     // server's thread, without the fake's lock held; it may call requests().
     void set_handler(std::function<fake_reply(const recorded_request&)> handler);
-    // When on, a 200 JSON answer with a "usage" object reports prompt_tokens_of(the request).
-    void report_prompt_tokens(bool on);
+    // When `scale` > 0, a 200 JSON answer with a "usage" object reports prompt_tokens_of(the
+    // request) times `scale` (a model whose tokenizer counts more or fewer tokens); 0 turns it off.
+    void report_prompt_tokens(double scale = 1.0);
     std::vector<recorded_request> requests() const;
     std::size_t connections() const; // accepted so far
     std::size_t pending() const;     // scripted replies not used yet
