@@ -122,7 +122,8 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
                                                   {"usage", usage_json(c)}});
         co_await ctx.framework->after_model_call(ctx, c);
 
-        if (!c.text.empty() || c.tool_calls.empty()) {
+        const bool spoke = !c.text.empty();
+        if (spoke || c.tool_calls.empty()) {
             out.reply =
                 clip_utf8(std::move(c.text), static_cast<std::size_t>(cfg.limits.max_reply_bytes));
             progress.reply = out.reply;
@@ -135,9 +136,11 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             if (take_steering(ctx, req, budget)) continue;
             break;
         }
-        // The model asked for tools: record the calls, run them, feed the observations back.
-        if (!out.reply.empty()) ctx.new_entries.push_back(make_message("assistant", out.reply));
-        chat_message asked{"assistant", out.reply, c.tool_calls, {}};
+        // The model asked for tools: record the calls, run them, feed the observations back. The
+        // text of this step goes with them (a step with none repeats no earlier one).
+        std::string said = spoke ? out.reply : std::string();
+        if (!said.empty()) ctx.new_entries.push_back(make_message("assistant", said));
+        chat_message asked{"assistant", std::move(said), c.tool_calls, {}};
         req.messages.push_back(std::move(asked));
         budget.add(req.messages.back());
         for (const auto& call_item : c.tool_calls) {

@@ -88,8 +88,9 @@ struct runtime::impl {
         std::string agent;
     };
     std::mutex idle_mutex;
-    std::multimap<clock::time_point, idle_session> idle_due;
-    std::unordered_map<std::string, clock::time_point> idle_latest; // the due that still counts
+    using idle_queue = std::multimap<clock::time_point, idle_session>;
+    idle_queue idle_due;
+    std::unordered_map<std::string, idle_queue::iterator> idle_index; // each session's one entry
     bool idle_loop_running = false;
     void compaction_due(const std::string& sid, const std::string& agent, std::chrono::milliseconds after);
     asio::awaitable<void> idle_loop();
@@ -177,8 +178,10 @@ void runtime::impl::compaction_due(const std::string& sid, const std::string& ag
     auto due = clock::now() + after;
     {
         std::lock_guard lock(idle_mutex);
-        idle_latest[sid] = due;
-        idle_due.emplace(due, idle_session{sid, agent});
+        // A session is due once: a later turn moves its due.
+        auto [at, fresh] = idle_index.try_emplace(sid);
+        if (!fresh) idle_due.erase(at->second);
+        at->second = idle_due.emplace(due, idle_session{sid, agent});
         if (idle_loop_running) return;
         idle_loop_running = true;
     }
@@ -197,16 +200,13 @@ asio::awaitable<void> runtime::impl::idle_loop() {
             auto now = clock::now();
             while (!idle_due.empty() && idle_due.begin()->first <= now) {
                 auto node = idle_due.extract(idle_due.begin());
-                auto latest = idle_latest.find(node.mapped().session_id);
-                // A later turn of the session moved its due: this one no longer counts.
-                if (latest == idle_latest.end() || latest->second != node.key()) continue;
-                idle_latest.erase(latest);
+                idle_index.erase(node.mapped().session_id);
                 ready.push_back(std::move(node.mapped()));
             }
             if (idle_due.empty() || rt.draining()) {
                 idle_loop_running = false;
                 idle_due.clear();
-                idle_latest.clear();
+                idle_index.clear();
                 stop = true;
             } else {
                 wake = std::min(wake, idle_due.begin()->first);
