@@ -148,29 +148,39 @@ std::vector<recorded_request> summary_requests(const context_daemon& c) {
     return out;
 }
 
-// Runs `turns` turns of varying sizes on s1 (some call the bulk tool with a large or a small
-// output, some the clock), checking that every turn completes, every request carries the pinned
-// blocks first and fits the budget by the model's count, and the tape keeps every message in
-// order. Returns the number of compaction events by level.
-std::map<std::int64_t, int> long_session(context_daemon& c, int turns) {
-    std::mt19937 rng(20261130);
-    auto pick = [&](int lo, int hi) {
+// The messages of a long session, the same for every run: sizes vary, some turns call the bulk
+// tool with a large or a small output, some the clock (unless `clock` is false: its output changes).
+struct session_script {
+    std::mt19937 rng{20261130};
+    bool clock = true;
+    std::size_t pick(int lo, int hi) {
         return static_cast<std::size_t>(std::uniform_int_distribution<int>(lo, hi)(rng));
-    };
-    std::vector<std::string> sent;
-    int not_completed = 0;
-    auto started = steady::now();
-    for (int i = 1; i <= turns; ++i) {
+    }
+    std::string next(int i) {
         auto roll = pick(1, 100);
         auto bytes = roll <= 75 ? pick(20, 250) : roll <= 95 ? pick(250, 600) : pick(600, 900);
         std::string how = "{reply:" + std::to_string(pick(10, 300)) + "}";
         if (i % 10 == 3)
             how += "{bulk:" + std::to_string(pick(600, 2400)) + "}";
-        else if (i % 10 == 7)
+        else if (i % 10 == 7 && clock)
             how += "{clock}";
         else if (i % 25 == 11)
             how += "{bulk:" + std::to_string(pick(100, 400)) + "}";
-        auto text = user_message("turn-" + std::to_string(i), bytes, how);
+        return user_message("turn-" + std::to_string(i), bytes, how);
+    }
+};
+
+// Runs `turns` turns of varying sizes on s1 (some call the bulk tool with a large or a small
+// output, some the clock), checking that every turn completes, every request carries the pinned
+// blocks first and fits the budget by the model's count, and the tape keeps every message in
+// order. Returns the number of compaction events by level.
+std::map<std::int64_t, int> long_session(context_daemon& c, int turns) {
+    session_script script;
+    std::vector<std::string> sent;
+    int not_completed = 0;
+    auto started = steady::now();
+    for (int i = 1; i <= turns; ++i) {
+        auto text = script.next(i);
         auto t = c.turn(text);
         sent.push_back(text);
         if (t.status() != "completed") {
@@ -693,6 +703,93 @@ BOOST_AUTO_TEST_CASE(a_model_that_counts_twice_the_estimate_still_gets_requests_
     context_daemon c(o);
     auto by_level = long_session(c, 150);
     BOOST_TEST(by_level[3] > 0, "no summary in 150 turns");
+}
+
+BOOST_AUTO_TEST_CASE(after_a_restart_the_context_is_rebuilt_from_the_tape_as_it_was) {
+    context_options o;
+    o.window = 1200;
+    o.reserve = 200;
+    o.thresholds = {0.6, 0.75, 0.85};
+    // The reference: 100 turns in one daemon, no restart (no clock: its output differs per run).
+    std::vector<std::string> texts;
+    std::vector<bool> compacted;
+    std::vector<json::array> reference;
+    std::vector<std::int64_t> counts;
+    {
+        context_daemon ref(o);
+        session_script script;
+        script.clock = false;
+        for (int i = 1; i <= 100; ++i) {
+            texts.push_back(script.next(i));
+            auto t = ref.turn(texts.back());
+            BOOST_TEST_REQUIRE(t.status() == "completed", "reference turn " << i << ": " << t.record);
+            compacted.push_back(!t.compactions().empty());
+        }
+        auto reqs = ref.d.model.requests();
+        for (const auto& text : texts) {
+            auto r = first_request_for(reqs, text);
+            BOOST_TEST_REQUIRE(r.has_value());
+            reference.push_back(messages_of(*r));
+            counts.push_back(prompt_tokens_of(r->body));
+        }
+    }
+    // Restart before a turn that compacted nothing and whose request is 7% or more from every
+    // threshold (the correction factor, learned again after a restart, cannot change its fate);
+    // rather one whose window holds a trimmed tool output, else a tool round, the latest such.
+    auto far_from_thresholds = [&](std::int64_t n) {
+        for (double t : o.thresholds) {
+            double at = t * static_cast<double>(o.budget());
+            if (n > at * 0.93 && n < at * 1.07) return false;
+        }
+        return true;
+    };
+    auto score = [&](const json::array& msgs) {
+        int best = 0;
+        std::map<std::string, std::size_t> asked; // call id -> bytes the bulk tool was asked for
+        for (const auto& m : msgs) {
+            const auto& mo = m.as_object();
+            if (const auto* calls = mo.if_contains("tool_calls"))
+                for (const auto& c : calls->as_array()) {
+                    auto args = json::parse(c.at("function").at("arguments").as_string());
+                    if (args.is_object() && args.as_object().contains("bytes"))
+                        asked[string_at(c.as_object(), "id")] =
+                            args.at("bytes").to_number<std::size_t>();
+                }
+            if (string_at(mo, "role") != "tool") continue;
+            best = std::max(best, 1);
+            auto it = asked.find(string_at(mo, "tool_call_id"));
+            if (it != asked.end() && string_at(mo, "content").size() < it->second) best = 2;
+        }
+        return best;
+    };
+    std::size_t k = 0;
+    int k_score = -1;
+    for (std::size_t i = 30; i < texts.size(); ++i) {
+        if (compacted[i] || !far_from_thresholds(counts[i])) continue;
+        if (int sc = score(reference[i]); sc >= k_score) {
+            k = i;
+            k_score = sc;
+        }
+    }
+    BOOST_TEST_REQUIRE(k > 0, "setup: no turn to restart before");
+    BOOST_TEST_REQUIRE(std::count(compacted.begin(), compacted.begin() + k, true) > 0);
+    BOOST_TEST_MESSAGE("restarting before turn " << k + 1 << " of 100 (window score " << k_score << ")");
+
+    context_daemon a(o);
+    for (std::size_t i = 0; i < k; ++i)
+        BOOST_TEST_REQUIRE(a.turn(texts[i]).status() == "completed");
+    a.restart();
+    auto t = a.turn(texts[k]);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    BOOST_TEST(t.compactions().empty());
+    auto req = first_request_for(a.d.model.requests(), texts[k]);
+    BOOST_TEST_REQUIRE(req.has_value());
+    BOOST_TEST_MESSAGE("its request: " << describe(*req));
+    BOOST_TEST((messages_of(*req) == reference[k]),
+               "turn " << k + 1 << " after a restart sends " << describe(*req)
+                       << "\n  without a restart it sent " << json::serialize(reference[k]).size()
+                       << " bytes: " << json::serialize(reference[k]).substr(0, 3000)
+                       << "\n  after: " << json::serialize(messages_of(*req)).substr(0, 3000));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

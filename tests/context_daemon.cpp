@@ -248,6 +248,12 @@ context_daemon::context_daemon(context_options o, json::object limits)
     d.model.set_handler([this](const recorded_request& r) { return answer_request(r); });
 }
 
+void context_daemon::restart() {
+    d.stop();
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    conn = d.connect(std::chrono::seconds(30));
+}
+
 void context_daemon::set_summarizer(answer a) {
     std::lock_guard lock(mutex);
     summarizer = std::move(a);
@@ -265,14 +271,17 @@ fake_reply context_daemon::answer_request(const recorded_request& r) {
     const auto& msgs = messages_of(r);
     auto last_user = std::find_if(msgs.rbegin(), msgs.rend(),
                                   [](const json::value& m) { return role_of(m) == "user"; });
-    auto how = read_directives(last_user == msgs.rend() ? std::string() : content_of(*last_user));
+    const std::string text = last_user == msgs.rend() ? std::string() : content_of(*last_user);
+    const std::string tag = text.substr(0, text.find(' '));
+    auto how = read_directives(text);
     bool after_tools = !msgs.empty() && role_of(msgs.back()) == "tool";
     if (!after_tools && (how.bulk_calls > 0 || how.clock)) {
         std::vector<std::vector<std::string>> calls;
         for (std::size_t i = 0; i < how.bulk_calls; ++i)
-            calls.push_back({"call_" + std::to_string(++call_seq), "bulk",
+            calls.push_back({"call_" + tag + "_" + std::to_string(calls.size()), "bulk",
                              json::serialize(json::object{{"bytes", how.bulk_bytes}})});
-        if (how.clock) calls.push_back({"call_" + std::to_string(++call_seq), "clock", "{}"});
+        if (how.clock)
+            calls.push_back({"call_" + tag + "_" + std::to_string(calls.size()), "clock", "{}"});
         return fake_reply::completion("", std::move(calls), "tool_calls");
     }
     return fake_reply::completion(reply_text(how.reply));

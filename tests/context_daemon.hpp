@@ -7,7 +7,6 @@
 #include "tests/model_daemon.hpp"
 #include "tests/sse_frames.hpp"
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -46,7 +45,8 @@ std::string filler(std::size_t bytes, std::size_t seed = 0);
 
 // A user message of exactly max(bytes, head) bytes: "<tag> <directives> " then filler. Directives,
 // read by the fake model: {reply:N} (a final reply of N bytes, default 16), {bulk:B} or {bulk:BxK}
-// (K parallel calls of the bulk tool, each returning B bytes, then the reply), {clock}.
+// (K parallel calls of the bulk tool, each returning B bytes, then the reply), {clock}. Tool call
+// ids are made from the tag: "call_<tag>_<k>".
 std::string user_message(std::string_view tag, std::size_t bytes, std::string_view directives = {});
 
 // The final reply the fake model gives to a message with {reply:N}.
@@ -100,8 +100,7 @@ struct context_daemon {
     context_options options;
     std::mutex mutex;
     answer summarizer; // how summary requests are answered; guarded by `mutex`
-    std::atomic<int> call_seq{0};
-    fake_openai bulk; // the bulk tool's server
+    fake_openai bulk;  // the bulk tool's server
     model_daemon d;
     connection conn; // keep-alive, for the test thread
 
@@ -112,6 +111,8 @@ struct context_daemon {
         return static_cast<std::int64_t>(options.thresholds.at(level - 1) * budget());
     }
     void set_summarizer(answer a);
+    // Stops the daemon (a graceful drain) and starts it again on the same data and config.
+    void restart();
     turn_result turn(std::string_view text, std::string_view sid = "s1") {
         return run_turn(conn, sid, text);
     }
