@@ -286,6 +286,36 @@ BOOST_AUTO_TEST_CASE(crossing_t1_trims_earlier_tool_outputs_to_previews_and_noth
     c.check_every_request_fits();
 }
 
+BOOST_AUTO_TEST_CASE(only_tool_outputs_over_512_bytes_are_trimmed) {
+    context_daemon c;
+    // Outputs of 512, 513 and 2400 bytes in three turns take the window past t1 (~1110 tokens).
+    std::vector<std::size_t> sizes{512, 513, 2400};
+    for (auto n : sizes) {
+        auto text = user_message("out-" + std::to_string(n), 40, "{bulk:" + std::to_string(n) + "}");
+        BOOST_TEST_REQUIRE(c.turn(text).status() == "completed");
+    }
+    auto next = user_message("next", 40);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    BOOST_TEST(levels_of(compaction_events(c.tape())) == std::vector<std::int64_t>{1},
+               boost::test_tools::per_element());
+    auto req = first_request_for(c.d.model.requests(), next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    auto tools = with_role(*req, "tool");
+    BOOST_TEST_REQUIRE(tools.size() == 3u, describe(*req));
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+        auto content = string_at(tools[i]->as_object(), "content");
+        auto full = bulk_output(sizes[i]);
+        if (sizes[i] <= 512) {
+            BOOST_TEST(content == full,
+                       "the " << sizes[i] << "-byte output was cut to " << content.size());
+        } else {
+            BOOST_TEST(content.size() < sizes[i], "the " << sizes[i] << "-byte output was not trimmed");
+            BOOST_TEST(content.starts_with(full.substr(0, 150)), content);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(crossing_t2_drops_earlier_tool_rounds_and_keeps_the_conversation) {
     context_daemon c;
     // 8 results of 500 bytes (not trimmable: 512 bytes or less) and a 1800-byte message take the
@@ -664,6 +694,49 @@ BOOST_AUTO_TEST_CASE(an_idle_session_is_compacted_once_not_repeatedly) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));
     BOOST_TEST(c.tape().size() == tape.size());
     BOOST_TEST(summary_requests(c).size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(the_idle_timer_never_fires_into_a_running_turn) {
+    context_options o;
+    o.idle_ms = 300;
+    context_daemon c(o);
+    // Six notes: the window (~1137 tokens) is past t1 (1000), where idle compaction starts, and
+    // under t3, so a turn does not compact it itself.
+    for (int i = 1; i <= 6; ++i)
+        BOOST_TEST_REQUIRE(
+            c.turn(user_message("note-" + std::to_string(i), 600, "{reply:40}")).status() ==
+            "completed");
+    // At once, a turn whose model call takes a second: the timer armed by the last note would
+    // fire in the middle of it.
+    auto slow = user_message("slow-one", 40, "{reply:20}{delay:1000}");
+    auto t = c.turn(slow);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    BOOST_TEST(t.compactions().empty());
+    auto slow_request = first_request_for(c.d.model.requests(), slow);
+    BOOST_TEST_REQUIRE(slow_request.has_value());
+    BOOST_TEST_REQUIRE(slow_request->answered_at.has_value());
+
+    // The idle compaction comes, after the turn.
+    BOOST_TEST_REQUIRE(eventually([&] { return !summary_requests(c).empty(); }, std::chrono::seconds(5)),
+                       "no idle compaction within 5 s of the turn");
+    std::this_thread::sleep_for(std::chrono::milliseconds(700)); // two more idle periods
+    auto summaries = summary_requests(c);
+    BOOST_TEST(summaries.size() == 1u);
+    for (const auto& s : summaries)
+        BOOST_TEST((s.received_at >= *slow_request->answered_at),
+                   "a summary call went out " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                     *slow_request->answered_at - s.received_at)
+                                                     .count()
+                                              << " ms before the running turn's model answered");
+    auto tape = c.tape();
+    auto slow_ids = message_ids(tape, "user", slow);
+    BOOST_TEST_REQUIRE(slow_ids.size() == 1u);
+    auto events = entries_of(tape, "event");
+    BOOST_TEST_REQUIRE(!events.empty());
+    for (const auto& e : events) {
+        BOOST_TEST(string_at(e.at("payload").at("data").as_object(), "trigger") == "idle");
+        BOOST_TEST(int_at(e, "id") > slow_ids[0]);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(idle_compaction_after_ms_0_disables_the_idle_timer) {

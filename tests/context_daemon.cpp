@@ -35,6 +35,7 @@ struct directives {
     std::size_t bulk_bytes = 0;
     std::size_t bulk_calls = 0;
     bool clock = false;
+    std::size_t delay_ms = 0;
 };
 
 directives read_directives(std::string_view text) {
@@ -48,6 +49,7 @@ directives read_directives(std::string_view text) {
             if (auto k = number_after(rest, "x")) d.bulk_calls = *k;
     }
     d.clock = text.find("{clock}") != std::string_view::npos;
+    if (auto n = number_after(text, "{delay:")) d.delay_ms = *n;
     return d;
 }
 
@@ -284,7 +286,7 @@ fake_reply context_daemon::answer_request(const recorded_request& r) {
             calls.push_back({"call_" + tag + "_" + std::to_string(calls.size()), "clock", "{}"});
         return fake_reply::completion("", std::move(calls), "tool_calls");
     }
-    return fake_reply::completion(reply_text(how.reply));
+    return fake_reply::completion(reply_text(how.reply)).after(std::chrono::milliseconds(how.delay_ms));
 }
 
 std::int64_t context_daemon::model_tokens(const recorded_request& r) const {

@@ -45,7 +45,8 @@ std::string filler(std::size_t bytes, std::size_t seed = 0);
 
 // A user message of exactly max(bytes, head) bytes: "<tag> <directives> " then filler. Directives,
 // read by the fake model: {reply:N} (a final reply of N bytes, default 16), {bulk:B} or {bulk:BxK}
-// (K parallel calls of the bulk tool, each returning B bytes, then the reply), {clock}. Tool call
+// (K parallel calls of the bulk tool, each returning B bytes, then the reply), {clock}, {delay:MS}
+// (the final reply comes MS milliseconds late). Tool call
 // ids are made from the tag: "call_<tag>_<k>".
 std::string user_message(std::string_view tag, std::size_t bytes, std::string_view directives = {});
 
