@@ -399,4 +399,21 @@ BOOST_AUTO_TEST_CASE(handoff_and_reset_start_a_new_context_without_calling_the_m
         BOOST_TEST(message_ids(tape, "user", m).size() == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(a_handoff_right_after_a_restart_still_carries_the_extract) {
+    context_options o;
+    o.window = 20200;
+    context_daemon c(o);
+    auto first = user_message("apples", 60);
+    BOOST_TEST_REQUIRE(c.turn(first).status() == "completed");
+    // The context is no longer cached: the command must see it as read back from the tape.
+    c.restart();
+    auto h = c.turn("/handoff after-restart");
+    BOOST_TEST(h.status() == "completed", h.record);
+    auto anchors = entries_of(c.tape(), "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    BOOST_TEST(summary.find("apples") != std::string::npos, summary);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
