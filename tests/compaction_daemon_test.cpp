@@ -299,7 +299,11 @@ BOOST_AUTO_TEST_CASE(a_message_over_the_budget_fails_context_overflow_without_a_
     auto normal = user_message("normal", 40);
     auto ok = c.turn(normal);
     BOOST_TEST(ok.status() == "completed", ok.record);
-    BOOST_TEST(c.d.model.requests().size() == 1u);
+    auto reqs = c.d.model.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 1u);
+    // The failed message stays out of the context: it alone would overflow again.
+    for (const auto* m : with_role(reqs[0], "user"))
+        BOOST_TEST(string_at(m->as_object(), "content") != huge);
     c.check_every_request_fits();
 }
 
