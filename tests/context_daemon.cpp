@@ -250,8 +250,21 @@ context_daemon::context_daemon(context_options o, json::object limits)
     d.model.set_handler([this](const recorded_request& r) { return answer_request(r); });
 }
 
+context_daemon::~context_daemon() {
+    if (d.daemon) stop_cleanly();
+}
+
+void context_daemon::stop_cleanly() {
+    int code = d.stop();
+    BOOST_TEST(code == 0, "the daemon exited with " << code);
+    auto log = d.log();
+    for (std::string_view bad : {"Sanitizer", "runtime error:"})
+        BOOST_TEST(log.find(bad) == std::string::npos, "the daemon's log holds \"" << bad << "\":\n"
+                                                                                   << log);
+}
+
 void context_daemon::restart() {
-    d.stop();
+    stop_cleanly();
     d.start({"--config", (d.dir.root / "baton.json").string()});
     conn = d.connect(std::chrono::seconds(30));
 }

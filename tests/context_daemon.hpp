@@ -106,6 +106,10 @@ struct context_daemon {
     connection conn; // keep-alive, for the test thread
 
     explicit context_daemon(context_options o = {}, json::object limits = {});
+    // Stops the daemon and checks it drained cleanly: exit code 0, no sanitizer report in its log.
+    ~context_daemon();
+    context_daemon(const context_daemon&) = delete;
+    context_daemon& operator=(const context_daemon&) = delete;
 
     std::int64_t budget() const { return options.budget(); }
     std::int64_t threshold(int level) const {
@@ -125,6 +129,7 @@ struct context_daemon {
 
 private:
     fake_reply answer_request(const recorded_request& r);
+    void stop_cleanly();
 };
 
 } // namespace baton::test
