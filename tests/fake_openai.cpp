@@ -17,8 +17,10 @@
 #include <openssl/x509v3.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -49,6 +51,37 @@ std::optional<std::string> recorded_request::header(std::string_view name) const
     for (const auto& [k, v] : headers)
         if (beast::iequals(k, name)) return v;
     return std::nullopt;
+}
+
+std::int64_t prompt_tokens_of(const json::value& request_body) {
+    auto quarter = [](std::size_t bytes) { return static_cast<std::int64_t>((bytes + 3) / 4); };
+    const auto* body = request_body.if_object();
+    const auto* messages = body ? body->if_contains("messages") : nullptr;
+    if (!messages || !messages->is_array()) return 0;
+    std::int64_t total = 0;
+    for (const auto& m : messages->get_array()) {
+        const auto* msg = m.if_object();
+        if (!msg) continue;
+        total += 4;
+        if (const auto* c = msg->if_contains("content"); c && c->is_string())
+            total += quarter(c->get_string().size());
+        const auto* calls = msg->if_contains("tool_calls");
+        if (!calls || !calls->is_array()) continue;
+        for (const auto& call : calls->get_array()) {
+            const auto* f = call.is_object() ? call.get_object().if_contains("function") : nullptr;
+            if (!f || !f->is_object()) continue;
+            std::size_t bytes = 0;
+            for (auto key : {"name", "arguments"})
+                if (const auto* v = f->get_object().if_contains(key); v && v->is_string())
+                    bytes += v->get_string().size();
+            total += quarter(bytes);
+        }
+    }
+    // Function definitions count too, as the model reads them.
+    if (const auto* tools = body->if_contains("tools");
+        tools && tools->is_array() && !tools->get_array().empty())
+        total += quarter(json::serialize(*tools).size());
+    return total;
 }
 
 json::object chunk(json::object delta, std::string finish_reason) {
@@ -153,19 +186,53 @@ struct fake_openai::impl {
     mutable std::mutex mutex;
     std::deque<fake_reply> replies;
     std::vector<recorded_request> requests;
+    std::function<fake_reply(const recorded_request&)> handler;
+    double token_scale = 0; // report prompt tokens as prompt_tokens_of times this; 0: off
     std::atomic<std::size_t> connections{0};
     unsigned short port = 0; // read by the test thread: cached before the server thread starts
 
-    fake_reply next() {
-        std::lock_guard lock(mutex);
-        if (replies.empty()) return fake_reply::error(500, "fake_openai: no scripted reply left");
-        auto r = std::move(replies.front());
-        replies.pop_front();
+    // The answer to request `index`: the next scripted reply, else the handler's, else a 500.
+    fake_reply next(std::size_t index) {
+        std::function<fake_reply(const recorded_request&)> h;
+        recorded_request req;
+        double scale = 0;
+        {
+            std::lock_guard lock(mutex);
+            if (!replies.empty()) {
+                auto r = std::move(replies.front());
+                replies.pop_front();
+                if (token_scale > 0) report_usage(r, requests[index].body, token_scale);
+                return r;
+            }
+            if (!handler) return fake_reply::error(500, "fake_openai: no scripted reply left");
+            h = handler;
+            req = requests[index];
+            scale = token_scale;
+        }
+        auto r = h(req);
+        if (scale > 0) report_usage(r, req.body, scale);
         return r;
     }
 
-    void record(const bhttp::request<bhttp::string_body>& req) {
+    // Rewrites usage.prompt_tokens of a whole JSON answer to the fake's count of the request.
+    static void report_usage(fake_reply& r, const json::value& request_body, double scale) {
+        if (r.status != 200 || r.chunked || r.pieces.size() != 1) return;
+        boost::system::error_code ec;
+        auto v = json::parse(r.pieces[0], ec);
+        auto* usage = ec || !v.is_object() ? nullptr : v.get_object().if_contains("usage");
+        if (!usage || !usage->is_object()) return;
+        auto prompt = static_cast<std::int64_t>(std::llround(prompt_tokens_of(request_body) * scale));
+        auto& u = usage->get_object();
+        const auto* completion = u.if_contains("completion_tokens");
+        std::int64_t done = completion && completion->is_int64() ? completion->get_int64() : 0;
+        u["prompt_tokens"] = prompt;
+        u["total_tokens"] = prompt + done;
+        r.pieces[0] = json::serialize(v);
+    }
+
+    std::size_t record(const bhttp::request<bhttp::string_body>& req) {
         recorded_request r{std::string(req.method_string()), std::string(req.target()), {}, nullptr};
+        r.received_at = std::chrono::steady_clock::now();
         for (const auto& f : req)
             r.headers.emplace_back(f.name_string(), f.value());
         boost::system::error_code ec;
@@ -173,6 +240,12 @@ struct fake_openai::impl {
         if (!ec) r.body = std::move(v);
         std::lock_guard lock(mutex);
         requests.push_back(std::move(r));
+        return requests.size() - 1;
+    }
+
+    void answered(std::size_t index) {
+        std::lock_guard lock(mutex);
+        requests[index].answered_at = std::chrono::steady_clock::now();
     }
 
     // False when the connection must be closed afterwards (a drop, or a write error).
@@ -228,12 +301,14 @@ struct fake_openai::impl {
             p.body_limit(64 * 1024 * 1024);
             auto [rec, n] = co_await bhttp::async_read(stream, buffer, p, use_tuple);
             if (rec) co_return;
-            record(p.get());
-            auto reply = next();
+            auto index = record(p.get());
+            auto reply = next(index);
             if (reply.delay.count() > 0) {
                 asio::steady_timer t(ctx, reply.delay);
                 co_await t.async_wait(use_tuple);
             }
+            // Stamped before the write: a request that depends on this answer is received later.
+            answered(index);
             bool keep = co_await write_reply(stream, reply);
             if (!keep || !p.get().keep_alive()) {
                 stream.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -281,6 +356,16 @@ std::string fake_openai::base_url() const {
 void fake_openai::push(fake_reply r) {
     std::lock_guard lock(impl_->mutex);
     impl_->replies.push_back(std::move(r));
+}
+
+void fake_openai::set_handler(std::function<fake_reply(const recorded_request&)> handler) {
+    std::lock_guard lock(impl_->mutex);
+    impl_->handler = std::move(handler);
+}
+
+void fake_openai::report_prompt_tokens(double scale) {
+    std::lock_guard lock(impl_->mutex);
+    impl_->token_scale = scale;
 }
 
 std::vector<recorded_request> fake_openai::requests() const {

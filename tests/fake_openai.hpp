@@ -1,6 +1,7 @@
 // A scripted fake OpenAI server for protocol tests: a Beast server on 127.0.0.1:0 with its own
 // io_context thread. The test queues the replies (JSON completions, SSE streams cut at chosen
 // byte boundaries, error statuses, delays, dropped connections) and inspects every request it got.
+// When no scripted reply is queued, an optional handler answers (long conversations).
 // Also here: a self-signed certificate maker and a tiny TLS responder, for the https checks.
 #pragma once
 
@@ -8,6 +9,8 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,9 +24,17 @@ struct recorded_request {
     std::string method;
     std::string target;
     std::vector<std::pair<std::string, std::string>> headers;
-    boost::json::value body; // null when the body is not JSON
+    boost::json::value body;                             // null when the body is not JSON
+    std::chrono::steady_clock::time_point received_at{}; // the whole request was read
+    // The answer started to go out (after its scripted delay); unset before.
+    std::optional<std::chrono::steady_clock::time_point> answered_at;
     std::optional<std::string> header(std::string_view name) const;
 };
+
+// The fake's own token count of a chat-completions request: per message 4 + ceil(bytes(content)/4),
+// plus ceil(bytes(name + arguments)/4) per tool call, plus ceil(bytes(the "tools" array as JSON)/4):
+// like a real model's prompt_tokens, it counts the function definitions it is offered.
+std::int64_t prompt_tokens_of(const boost::json::value& request_body);
 
 // One scripted answer. Build with the factories, adjust the public fields as needed.
 struct fake_reply {
@@ -73,6 +84,12 @@ public:
     std::string base_url() const; // http://127.0.0.1:<port>/v1
 
     void push(fake_reply r);
+    // Answers every request that finds no scripted reply queued (else a 500). Called on the
+    // server's thread, without the fake's lock held; it may call requests().
+    void set_handler(std::function<fake_reply(const recorded_request&)> handler);
+    // When `scale` > 0, a 200 JSON answer with a "usage" object reports prompt_tokens_of(the
+    // request) times `scale` (a model whose tokenizer counts more or fewer tokens); 0 turns it off.
+    void report_prompt_tokens(double scale = 1.0);
     std::vector<recorded_request> requests() const;
     std::size_t connections() const; // accepted so far
     std::size_t pending() const;     // scripted replies not used yet

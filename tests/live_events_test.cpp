@@ -2,6 +2,7 @@
 // stream of a turn, resume by Last-Event-ID and ?after=, a gap when frames were dropped, late
 // subscribers, heartbeats on an idle stream, and a reader that does not read never slows a turn.
 #include "tests/model_daemon.hpp"
+#include "tests/sse_frames.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -10,41 +11,6 @@
 using namespace baton::test;
 
 namespace {
-
-struct sse_frame {
-    std::int64_t id = -1;
-    std::string event;
-    json::value data;
-};
-
-// Frames of an event-stream body; comment lines are counted in `comments`.
-std::vector<sse_frame> parse_sse(std::string_view body, int* comments = nullptr) {
-    std::vector<sse_frame> out;
-    sse_frame cur;
-    bool any = false;
-    while (!body.empty()) {
-        auto nl = body.find('\n');
-        std::string_view line = body.substr(0, nl);
-        body.remove_prefix(nl == std::string_view::npos ? body.size() : nl + 1);
-        if (line.empty()) {
-            if (any) out.push_back(std::move(cur));
-            cur = {};
-            any = false;
-        } else if (line.front() == ':') {
-            if (comments) ++*comments;
-        } else if (line.starts_with("id: ")) {
-            cur.id = std::stoll(std::string(line.substr(4)));
-            any = true;
-        } else if (line.starts_with("event: ")) {
-            cur.event = line.substr(7);
-            any = true;
-        } else if (line.starts_with("data: ")) {
-            cur.data = json::parse(line.substr(6));
-            any = true;
-        }
-    }
-    return out;
-}
 
 std::vector<sse_frame> events_of(const daemon_fixture& d, const std::string& tid, std::string query = "",
                                  const header_list& headers = {}) {
