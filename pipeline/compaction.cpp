@@ -13,14 +13,6 @@ const char* const stage_names[] = {"", "trim_tool_outputs", "drop_tool_rounds", 
 
 constexpr std::string_view extract_header = "Earlier conversation (extract):";
 
-std::string_view clip_utf8(std::string_view s, std::size_t max) {
-    if (s.size() <= max) return s;
-    std::size_t end = max;
-    while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80)
-        --end;
-    return s.substr(0, end);
-}
-
 // At most `cap` tokens of `s` (by the estimator: four ASCII bytes a token at best).
 std::string clip_tokens(std::string_view s, std::int64_t cap) {
     if (cap <= 0) return {};
@@ -216,24 +208,18 @@ asio::awaitable<void> compact(const compaction_job& job, context_window& w, std:
     };
 
     std::int64_t before = estimate();
-    if (before >= mark(1) && w.has_trimmable_outputs()) {
-        auto data = event_data(1, before, 0, job.trigger);
+    // Stages 1 and 2 act on everything stored so far (`through`); the event itself is the change.
+    auto cut_stage = [&](int stage) {
+        auto data = event_data(stage, before, 0, job.trigger);
         data["through"] = w.last_id;
         w.apply(make_event_entry("compaction", data));
         std::int64_t after = estimate();
         data["after_tokens"] = after;
-        record(job, 1, before, after, std::move(data), out);
+        record(job, stage, before, after, std::move(data), out);
         before = after;
-    }
-    if (before >= mark(2) && w.has_tool_rounds()) {
-        auto data = event_data(2, before, 0, job.trigger);
-        data["through"] = w.last_id;
-        w.apply(make_event_entry("compaction", data));
-        std::int64_t after = estimate();
-        data["after_tokens"] = after;
-        record(job, 2, before, after, std::move(data), out);
-        before = after;
-    }
+    };
+    if (before >= mark(1) && w.has_trimmable_outputs()) cut_stage(1);
+    if (before >= mark(2) && w.has_tool_rounds()) cut_stage(2);
     const double factor = w.token_factor;
     auto raw = [factor](std::int64_t t) {
         return static_cast<std::int64_t>(static_cast<double>(t) / factor);

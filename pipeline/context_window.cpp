@@ -25,7 +25,8 @@ std::size_t message_bytes(const chat_message& m) {
     return n;
 }
 
-// Cuts at a UTF-8 character boundary at or below `max` bytes.
+} // namespace
+
 std::string_view clip_utf8(std::string_view s, std::size_t max) {
     if (s.size() <= max) return s;
     std::size_t end = max;
@@ -33,7 +34,6 @@ std::string_view clip_utf8(std::string_view s, std::size_t max) {
         --end;
     return s.substr(0, end);
 }
-} // namespace
 
 std::int64_t estimate_tokens(std::string_view text) {
     std::int64_t ascii = 0, other = 0;

@@ -20,6 +20,9 @@
 
 namespace baton::pipeline {
 
+// The longest prefix of at most `max` bytes that ends on a UTF-8 character boundary.
+std::string_view clip_utf8(std::string_view s, std::size_t max);
+
 // Tokens without a tokenizer: a quarter of the ASCII bytes, one per other character.
 std::int64_t estimate_tokens(std::string_view text);
 // A message's estimate, including its framing and tool calls.

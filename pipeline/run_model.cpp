@@ -9,13 +9,9 @@
 namespace baton::pipeline {
 
 namespace {
-// Cuts at a UTF-8 character boundary at or below `max` bytes.
-std::string clip_utf8(std::string s, std::size_t max) {
-    if (s.size() <= max) return s;
-    std::size_t end = max;
-    while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xC0) == 0x80)
-        --end;
-    s.resize(end);
+// Cuts a reply at a UTF-8 character boundary at or below `max` bytes.
+std::string clip_reply(std::string s, std::size_t max) {
+    s.resize(clip_utf8(s, max).size());
     return s;
 }
 
@@ -136,7 +132,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         const bool spoke = !c.text.empty();
         if (spoke || c.tool_calls.empty()) {
             out.reply =
-                clip_utf8(std::move(c.text), static_cast<std::size_t>(cfg.limits.max_reply_bytes));
+                clip_reply(std::move(c.text), static_cast<std::size_t>(cfg.limits.max_reply_bytes));
             progress.reply = out.reply;
         }
         if (c.tool_calls.empty()) {

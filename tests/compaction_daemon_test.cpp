@@ -22,6 +22,22 @@ bool whole_number_in(const std::string& text, std::int64_t n) {
     return std::regex_search(text, re);
 }
 
+// Fills the session past t3, then runs `next`: its summary must be the extract (the model's
+// summary failed or was empty), with one stage-3 event saying so and one anchor.
+turn_result turn_past_t3_expecting_an_extract(context_daemon& c, const std::string& next) {
+    fill_past_t3(c);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    auto tape = c.tape();
+    auto e = only_event_at(compaction_events(tape), 3);
+    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
+    auto anchors = entries_of(tape, "anchor");
+    BOOST_TEST_REQUIRE(anchors.size() == 1u);
+    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
+    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    return t;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(compaction_daemon)
@@ -233,18 +249,9 @@ BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_tur
     context_daemon c;
     c.set_summarizer(
         [](const recorded_request&) { return fake_reply::error(400, "no summaries today"); });
-    fill_past_t3(c);
     auto next = user_message("after-fill", 40);
-    auto t = c.turn(next);
-    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    auto t = turn_past_t3_expecting_an_extract(c, next);
     check_frame(t, "summarize");
-    auto tape = c.tape();
-    auto e = only_event_at(compaction_events(tape), 3);
-    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
-    auto anchors = entries_of(tape, "anchor");
-    BOOST_TEST_REQUIRE(anchors.size() == 1u);
-    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
-    BOOST_TEST(summary.starts_with(extract_prefix), summary);
     BOOST_TEST(summary_requests(c).size() == 1u); // a 400 is final: no retry
 
     auto req = first_request_for(c.d.model.requests(), next);
@@ -259,32 +266,14 @@ BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_tur
 BOOST_AUTO_TEST_CASE(a_summary_call_failing_with_500s_falls_back_to_an_extract_after_the_retries) {
     context_daemon c;
     c.set_summarizer([](const recorded_request&) { return fake_reply::error(500, "overloaded"); });
-    fill_past_t3(c);
-    auto t = c.turn(user_message("after-fill", 40));
-    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
-    auto tape = c.tape();
-    auto e = only_event_at(compaction_events(tape), 3);
-    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
-    auto anchors = entries_of(tape, "anchor");
-    BOOST_TEST_REQUIRE(anchors.size() == 1u);
-    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
-    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    turn_past_t3_expecting_an_extract(c, user_message("after-fill", 40));
     BOOST_TEST(summary_requests(c).size() > 1u, "a 500 was not retried");
 }
 
 BOOST_AUTO_TEST_CASE(an_empty_summary_falls_back_to_an_extract) {
     context_daemon c;
     c.set_summarizer([](const recorded_request&) { return fake_reply::completion(""); });
-    fill_past_t3(c);
-    auto t = c.turn(user_message("after-fill", 40));
-    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
-    auto tape = c.tape();
-    auto e = only_event_at(compaction_events(tape), 3);
-    BOOST_TEST(string_at(e, "summarizer") == "extractive", e);
-    auto anchors = entries_of(tape, "anchor");
-    BOOST_TEST_REQUIRE(anchors.size() == 1u);
-    auto summary = string_at(anchors[0].at("payload").as_object(), "summary");
-    BOOST_TEST(summary.starts_with(extract_prefix), summary);
+    turn_past_t3_expecting_an_extract(c, user_message("after-fill", 40));
 }
 
 BOOST_AUTO_TEST_CASE(a_message_over_the_budget_fails_context_overflow_without_a_model_request) {
