@@ -21,6 +21,13 @@ std::shared_ptr<session_actor> actor_registry::get_or_create(shard& sh, std::siz
     return slot;
 }
 
+namespace {
+// Messages waiting in a session's queue; an idle compaction there is not one.
+std::int64_t turns_waiting(const session_actor& a) {
+    return std::count_if(a.queue.begin(), a.queue.end(), [](const auto& s) { return !s->compaction; });
+}
+} // namespace
+
 void actor_registry::evict_if_idle(shard& sh, session_actor& a) {
     if (a.drainer || a.busy || !a.queue.empty()) return;
     auto it = sh.actors.find(a.session_id);
@@ -36,14 +43,13 @@ actor_registry::reserve(const std::string& sid, const admission_config& adm, con
     if (it != sh.actors.end()) {
         auto& a = *it->second;
         // An idle compaction in the queue or running delays a message but does not count as a turn.
-        auto waiting = std::count_if(a.queue.begin(), a.queue.end(),
-                                     [](const auto& s) { return !s->compaction; });
+        auto waiting = turns_waiting(a);
         bool would_wait = (a.busy && !a.running.empty()) || waiting > 0;
         if (would_wait && adm.mode == admission_mode::reject)
             return api_error{errc::session_busy, "session " + sid + " is running a turn"};
         if (would_wait && waiting >= adm.max_queued)
             return api_error{errc::session_queue_full, "session " + sid + " already has " +
-                                                           std::to_string(a.queue.size()) +
+                                                           std::to_string(waiting) +
                                                            " messages waiting"};
     }
     auto actor = get_or_create(sh, index, sid);
@@ -162,9 +168,7 @@ live_status actor_registry::status(const std::string& sid) {
     std::lock_guard lock(sh.mutex);
     auto it = sh.actors.find(sid);
     if (it == sh.actors.end()) return {};
-    const auto& q = it->second->queue;
-    auto queued = std::count_if(q.begin(), q.end(), [](const auto& s) { return !s->compaction; });
-    return {it->second->busy, static_cast<std::int64_t>(queued)};
+    return {it->second->busy, turns_waiting(*it->second)};
 }
 
 std::size_t actor_registry::live_sessions() {

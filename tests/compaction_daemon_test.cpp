@@ -22,6 +22,20 @@ bool whole_number_in(const std::string& text, std::int64_t n) {
     return std::regex_search(text, re);
 }
 
+// Runs `next`, which must complete with exactly one compaction, of `stage` at `level`: on the
+// tape (crossed at its threshold) and in the turn's events. Returns the tape after it.
+std::vector<json::object> turn_with_one_stage(context_daemon& c, const std::string& next,
+                                              std::string_view stage, std::int64_t level) {
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    check_frame(t, stage);
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{level}, boost::test_tools::per_element());
+    check_event(only_event_at(events, level), stage, level, "turn", c.threshold(static_cast<int>(level)) * 95 / 100);
+    return tape;
+}
+
 // Fills the session past t3, then runs `next`: its summary must be the extract (the model's
 // summary failed or was empty), with one stage-3 event saying so and one anchor.
 turn_result turn_past_t3_expecting_an_extract(context_daemon& c, const std::string& next) {
@@ -55,13 +69,7 @@ BOOST_AUTO_TEST_CASE(crossing_t1_trims_earlier_tool_outputs_to_previews_and_noth
     BOOST_TEST(string_at(messages_of(steps[1]).back().as_object(), "content") == bulk_output(4400));
 
     auto beta = user_message("beta", 40);
-    auto b = c.turn(beta);
-    BOOST_TEST_REQUIRE(b.status() == "completed", b.record);
-    check_frame(b, "trim_tool_outputs");
-    auto tape = c.tape();
-    auto events = compaction_events(tape);
-    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{1}, boost::test_tools::per_element());
-    check_event(only_event_at(events, 1), "trim_tool_outputs", 1, "turn", c.threshold(1) * 95 / 100);
+    auto tape = turn_with_one_stage(c, beta, "trim_tool_outputs", 1);
     BOOST_TEST(entries_of(tape, "anchor").empty());
 
     // The tape keeps the whole output; the request carries a preview naming that entry.
@@ -123,13 +131,7 @@ BOOST_AUTO_TEST_CASE(crossing_t2_drops_earlier_tool_rounds_and_keeps_the_convers
     BOOST_TEST(a.compactions().empty());
 
     auto beta = user_message("beta", 40);
-    auto b = c.turn(beta);
-    BOOST_TEST_REQUIRE(b.status() == "completed", b.record);
-    check_frame(b, "drop_tool_rounds");
-    auto tape = c.tape();
-    auto events = compaction_events(tape);
-    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{2}, boost::test_tools::per_element());
-    check_event(only_event_at(events, 2), "drop_tool_rounds", 2, "turn", c.threshold(2) * 95 / 100);
+    auto tape = turn_with_one_stage(c, beta, "drop_tool_rounds", 2);
     BOOST_TEST(entries_of(tape, "tool_result").size() == 8u); // the tape keeps them
 
     auto req = first_request_for(c.d.model.requests(), beta);
