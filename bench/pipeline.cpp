@@ -97,18 +97,21 @@ std::shared_ptr<store> open_store(const std::string& name, const std::filesystem
 } // namespace
 
 int run_pipeline(const options& opt) {
-    opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length", "--context-window"});
+    opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length", "--context-window",
+              "--io"});
     double seconds = opt.number("--seconds", 5);
     int threads = static_cast<int>(opt.number("--threads", 2));
     int sessions = static_cast<int>(opt.number("--sessions", 64));
     auto length = static_cast<std::int64_t>(opt.number("--session-length", 0));
     std::string store_name = opt.text("--store", "memory");
+    std::string io = opt.text("--io", "shared");
     // The agent's model.context_window: with the default, sessions compact (summarise through
     // the null model) every few hundred turns, as long sessions do.
     auto window = static_cast<std::int64_t>(opt.number("--context-window", 8192));
-    if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0 || window < 2048) {
+    if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0 || window < 2048 ||
+        (io != "shared" && io != "per-thread")) {
         std::cerr << "baton-bench pipeline: --seconds > 0, --threads >= 1, --sessions >= 1, "
-                     "--session-length >= 0, --context-window >= 2048\n";
+                     "--session-length >= 0, --context-window >= 2048, --io shared|per-thread\n";
         return 2;
     }
     auto dir = std::filesystem::temp_directory_path() /
@@ -130,20 +133,25 @@ int run_pipeline(const options& opt) {
     fw.add_agent(a);
     if (length > 0) return run_session_length(fw, length, store_name);
 
-    asio::io_context ctx(threads);
+    // shared: one io_context run by all threads (sessions on strands, handlers may hop threads);
+    // per-thread: one io_context per thread, sessions spread over them (each session stays on its
+    // thread, as a daemon pinning sessions to io threads would run).
+    std::vector<std::unique_ptr<asio::io_context>> contexts;
+    for (int i = 0; i < (io == "shared" ? 1 : threads); ++i)
+        contexts.push_back(std::make_unique<asio::io_context>(io == "shared" ? threads : 1));
     std::atomic<std::uint64_t> turns{0};
     auto start = std::chrono::steady_clock::now();
     auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                            std::chrono::duration<double>(seconds));
     for (int i = 0; i < sessions; ++i)
-        asio::co_spawn(asio::make_strand(ctx),
+        asio::co_spawn(asio::make_strand(*contexts[static_cast<std::size_t>(i) % contexts.size()]),
                        session_loop(fw, "bench-" + std::to_string(i), end, turns),
                        [](std::exception_ptr e) {
                            if (e) std::rethrow_exception(e);
                        });
     std::vector<std::thread> pool;
     for (int i = 0; i < threads; ++i)
-        pool.emplace_back([&] { ctx.run(); });
+        pool.emplace_back([&, i] { contexts[static_cast<std::size_t>(i) % contexts.size()]->run(); });
     for (auto& t : pool)
         t.join();
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -151,13 +159,13 @@ int run_pipeline(const options& opt) {
     double per_s = n / elapsed;
     double ns_per_hop = n > 0 ? elapsed * 1e9 * threads / (n * 7) : 0;
     std::cout << "pipeline: " << turns.load() << " turns in " << elapsed << " s on " << threads
-              << " threads, " << sessions << " sessions, " << store_name << " store\n";
+              << " threads, " << sessions << " sessions, " << store_name << " store, " << io << " io\n";
     std::cout << "turns/s: " << static_cast<std::uint64_t>(per_s) << "\n";
     std::cout << "ns per stage hop (thread time / 7 stages): " << static_cast<std::uint64_t>(ns_per_hop)
               << "\n";
     json::object out{{"bench", "pipeline"},   {"store", store_name},
                      {"turns", turns.load()}, {"seconds", elapsed},
-                     {"threads", threads},    {"sessions", sessions},
+                     {"threads", threads},    {"sessions", sessions}, {"io", io},
                      {"turns_per_s", per_s},  {"ns_per_stage_hop", ns_per_hop}};
     if (store_name == "sqlite")
         out["calls_per_commit"] =
