@@ -16,13 +16,14 @@
 
 #include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 namespace baton::pipeline {
 
 struct context_budget {
     std::int64_t tokens = 0; // context_window - reserve_output_tokens
-    std::vector<double> thresholds;
+    std::span<const double> thresholds; // the agent config's, which outlives the budget
     // The fraction at which stage 1-4 applies: thresholds[0..2] (the last one repeats when fewer
     // are given); stage 4 at thresholds[3] when given, else at stage 3's.
     double fraction(int stage) const;

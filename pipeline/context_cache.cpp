@@ -1,5 +1,6 @@
 #include "pipeline/context_cache.hpp"
 
+#include <baton/json_text.hpp>
 #include <baton/store.hpp>
 
 #include <functional>
@@ -35,7 +36,7 @@ struct context_cache::shard {
 
     static void set_state(entry& e, const json::object& state) {
         e.state = state;
-        e.state_bytes = state.empty() ? 0 : json::serialize(state).size() * 2;
+        e.state_bytes = state.empty() ? 0 : json_text(state).size() * 2;
     }
 
     // Keeps the shard within its budget; the entry just used stays.

@@ -1,4 +1,5 @@
 #include <baton/events.hpp>
+#include <baton/json_text.hpp>
 
 #include <boost/json/serialize.hpp>
 
@@ -12,7 +13,7 @@ turn_log::turn_log(std::string turn_id, std::string session_id, std::size_t capa
 event_ptr turn_log::publish(std::string_view type, const json::object& data) {
     auto e = std::make_shared<turn_event>();
     e->type = type;
-    e->data = json::serialize(data);
+    e->data = json_text(data);
     std::vector<std::function<void()>> wake;
     {
         std::lock_guard lock(mutex_);

@@ -157,15 +157,14 @@ std::string make_turn_id() {
     std::uint64_t t = static_cast<std::uint64_t>(now_ms());
     std::uint64_t r1 = rng() ^ counter.fetch_add(1, std::memory_order_relaxed);
     std::uint64_t r2 = rng();
-    std::string id = "t_";
-    id.reserve(28);
-    for (int i = 9; i >= 0; --i)
-        id.push_back(id_alphabet[(t >> (i * 5)) & 31]);
-    for (int i = 0; i < 8; ++i)
-        id.push_back(id_alphabet[(r1 >> (i * 5)) & 31]);
-    for (int i = 0; i < 8; ++i)
-        id.push_back(id_alphabet[(r2 >> (i * 5)) & 31]);
-    return id;
+    char id[28] = {'t', '_'};
+    for (int i = 0; i < 10; ++i)
+        id[2 + i] = id_alphabet[(t >> ((9 - i) * 5)) & 31];
+    for (int i = 0; i < 8; ++i) {
+        id[12 + i] = id_alphabet[(r1 >> (i * 5)) & 31];
+        id[20 + i] = id_alphabet[(r2 >> (i * 5)) & 31];
+    }
+    return std::string(id, sizeof id);
 }
 
 bool plausible_turn_id(std::string_view tid) {

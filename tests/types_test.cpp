@@ -1,5 +1,9 @@
-// Records' plain helpers: times as RFC 3339 UTC with milliseconds, checked against the C library.
+// Records' plain helpers: times as RFC 3339 UTC with milliseconds, checked against the C library;
+// JSON written straight to text, checked against Boost.JSON's parser and serializer.
+#include <baton/json_text.hpp>
 #include <baton/types.hpp>
+
+#include <boost/json.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -49,6 +53,38 @@ BOOST_AUTO_TEST_CASE(outbox_keys_are_derived_and_distinct) {
     BOOST_TEST(outbox_key("a:b", "c", "ws", "", 0) != outbox_key("a", "b:c", "ws", "", 0));
     BOOST_TEST(sha256_hex("abc") ==
                "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+BOOST_AUTO_TEST_CASE(json_text_parses_back_to_the_same_value) {
+    // Every byte that needs escaping, at every position of the 8-byte blocks the writer skips.
+    std::string special = "\"\\\n\r\t";
+    for (int c = 0; c < 0x20; ++c)
+        special.push_back(static_cast<char>(c));
+    for (char c : special) {
+        for (std::size_t at = 0; at < 20; ++at) {
+            std::string s(20, 'a');
+            s[at] = c;
+            s += "\xc3\xa9\xe2\x82\xac"; // UTF-8 passes through
+            auto text = json_text(json::value(json::string(s)));
+            BOOST_TEST_REQUIRE(json::parse(text) == json::value(json::string(s)));
+        }
+    }
+    json::value v = json::parse(R"({"role":"user","text":"hello \"there\"\n","n":-42,"u":18446744073709551615,
+        "d":1.5,"e":-0.0,"big":1e300,"t":true,"f":false,"z":null,"a":[1,[2,{"k":"v"}],[]],"o":{}})");
+    BOOST_TEST(json::parse(json_text(v)) == v);
+    BOOST_TEST(json::parse(json_text(v.get_object())) == v);
+    BOOST_TEST(json_text(json::parse(R"({"a":[1,true,null],"b":"x"})")) == R"({"a":[1,true,null],"b":"x"})");
+    // Random texts of plain, escaped and multi-byte characters.
+    std::mt19937 rng(7);
+    const std::string alphabet = std::string("abc \"\\/\n\x01\x1f\x7f") + "\xc3\xa9";
+    for (int i = 0; i < 2000; ++i) {
+        std::string s;
+        auto n = rng() % 40;
+        for (std::size_t j = 0; j < n; ++j)
+            s.push_back(alphabet[rng() % alphabet.size()]);
+        json::value sv = json::string(s);
+        BOOST_TEST_REQUIRE(json::parse(json_text(sv), {}, {.allow_invalid_utf8 = true}) == sv);
+    }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

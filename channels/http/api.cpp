@@ -2,6 +2,7 @@
 #include "channels/http/router.hpp"
 #include "channels/web/page.hpp"
 
+#include <baton/json_text.hpp>
 #include <baton/log.hpp>
 
 #include <cctype>
@@ -12,7 +13,7 @@ namespace {
 reply json_reply(unsigned status, const json::value& v) {
     reply r;
     r.status = status;
-    r.body = json::serialize(v);
+    r.body = json_text(v);
     return r;
 }
 

@@ -1,6 +1,7 @@
 #include <baton/openai_client.hpp>
 
 #include <baton/framework.hpp>
+#include <baton/json_text.hpp>
 #include <baton/log.hpp>
 #include <baton/sse.hpp>
 
@@ -169,42 +170,6 @@ attempt_result parse_whole(std::string_view body) {
     return {outcome::done, std::move(c), {}, {}};
 }
 
-// Appends `s` as a JSON string. The text is UTF-8 already (validated on the way in, or the model's).
-void append_json_string(std::string& out, std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
-    out.push_back('"');
-    std::size_t run = 0; // start of the bytes not yet copied
-    for (std::size_t i = 0; i < s.size(); ++i) {
-        auto c = static_cast<unsigned char>(s[i]);
-        if (c >= 0x20 && c != '"' && c != '\\') continue;
-        out.append(s.data() + run, i - run);
-        run = i + 1;
-        switch (c) {
-        case '"':
-            out += "\\\"";
-            break;
-        case '\\':
-            out += "\\\\";
-            break;
-        case '\n':
-            out += "\\n";
-            break;
-        case '\r':
-            out += "\\r";
-            break;
-        case '\t':
-            out += "\\t";
-            break;
-        default:
-            out += "\\u00";
-            out.push_back(hex[c >> 4]);
-            out.push_back(hex[c & 15]);
-        }
-    }
-    out.append(s.data() + run, s.size() - run);
-    out.push_back('"');
-}
-
 // The chat-completions request, written straight to text: a turn's whole context goes out on
 // every model call, so no JSON tree is built and torn down for it.
 std::string request_body(const model_request& req, const model_config& cfg) {
@@ -257,7 +222,7 @@ std::string request_body(const model_request& req, const model_config& cfg) {
             out += ",\"description\":";
             append_json_string(out, t.description);
             out += ",\"parameters\":";
-            out += json::serialize(t.parameters);
+            append_json(out, t.parameters);
             out += "}}";
         }
         out += "]";

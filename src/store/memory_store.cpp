@@ -1,5 +1,6 @@
 // The in-memory store: same semantics as the SQLite store (tests/store_test.cpp runs both), nothing
 // survives the process. Used by tests, benches and embedders that need no durability.
+#include <baton/json_text.hpp>
 #include <baton/store.hpp>
 
 #include <boost/json/parse.hpp>
@@ -164,7 +165,7 @@ public:
         std::vector<std::string> payloads;
         payloads.reserve(u.entries.size());
         for (const auto& e : u.entries)
-            payloads.push_back(json::serialize(e.payload));
+            payloads.push_back(json_text(e.payload));
         std::lock_guard<short_mutex> lock(mutex_);
         auto& s = session(u.session_id, "default", "", now_ms());
         for (std::size_t i = 0; i < u.entries.size(); ++i) {

@@ -1,5 +1,6 @@
 // The SQLite store: one connection in WAL mode behind a mutex, statements prepared once at open,
 // every write in an IMMEDIATE transaction. The schema and its migrations live in sqlite_schema.cpp.
+#include <baton/json_text.hpp>
 #include <baton/store.hpp>
 
 #include "sqlite_query.hpp"
@@ -343,12 +344,12 @@ public:
                 .bind(1, u.session_id)
                 .bind(2, e.id)
                 .bind(3, to_string(e.kind))
-                .bind(4, json::serialize(e.payload))
+                .bind(4, json_text(e.payload))
                 .bind(5, e.turn_id)
                 .bind(6, e.created_at)
                 .run();
         }
-        auto state = u.state ? std::optional(json::serialize(*u.state)) : std::nullopt;
+        auto state = u.state ? std::optional(json_text(*u.state)) : std::nullopt;
         query(st_.update_session).bind(1, u.session_id).bind(2, next).bind(3, state).run();
         tx.commit();
     }

@@ -1,0 +1,25 @@
+// JSON written straight to text, for the hot paths (tape payloads, turn events, responses, model
+// requests): no serializer object, no intermediate buffer. The text parses to the same value as
+// json::serialize's (strings escape the same characters, integers print alike, doubles are
+// printed by Boost.JSON itself).
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace baton {
+
+namespace json = boost::json;
+
+// Appends `s` as a JSON string. The text must be UTF-8 already.
+void append_json_string(std::string& out, std::string_view s);
+void append_json(std::string& out, const json::value& v);
+void append_json(std::string& out, const json::object& o);
+
+std::string json_text(const json::value& v);
+std::string json_text(const json::object& o);
+
+} // namespace baton
