@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <stdexcept>
 
 #include "pipeline/context_cache.hpp"
 #include "pipeline/stages.hpp"
@@ -93,21 +94,58 @@ void stage_finished(turn_context& ctx, std::string_view stage,
 }
 } // namespace
 
-// Runs one stage; a failure is shown to on_error and re-raised.
-asio::awaitable<void> framework::guarded(std::string_view stage, turn_context& ctx,
-                                         asio::awaitable<void> op) {
-    std::exception_ptr error;
-    auto started = stage_started(ctx, stage);
+std::string_view framework::stage_name(stage_id s) {
+    switch (s) {
+    case stage_id::resolve_session: return "resolve_session";
+    case stage_id::load_state: return "load_state";
+    case stage_id::build_prompt: return "build_prompt";
+    case stage_id::save_state: return "save_state";
+    case stage_id::render_outbound: return "render_outbound";
+    case stage_id::dispatch_outbound: return "dispatch_outbound";
+    }
+    return "unknown";
+}
+
+// The stage's coroutine, not started (a plain function: no frame of its own).
+asio::awaitable<void> framework::stage(stage_id s, turn_context& ctx, prompt& p) {
+    switch (s) {
+    case stage_id::resolve_session: return resolve_session(ctx);
+    case stage_id::load_state: return load_state(ctx);
+    case stage_id::build_prompt: return build_prompt(ctx, p);
+    case stage_id::save_state: return save_state(ctx);
+    case stage_id::render_outbound: return render_outbound(ctx);
+    case stage_id::dispatch_outbound: return dispatch_outbound(ctx);
+    }
+    throw std::logic_error("unknown stage");
+}
+
+namespace {
+// The tape's record of a failed model run.
+tape_entry error_entry_of(std::exception_ptr e, const std::string& stop_reason) {
+    std::string code = "internal_error", message = "run_model failed";
     try {
-        co_await std::move(op);
+        std::rethrow_exception(e);
+    } catch (const turn_error& e) {
+        code = e.code(), message = e.what();
+    } catch (const boost::system::system_error& e) {
+        bool aborted = e.code() == asio::error::operation_aborted;
+        code = !aborted ? "internal_error" : stop_reason.empty() ? "stopped" : stop_reason;
+        message = e.what();
+    } catch (const std::exception& e) {
+        message = e.what();
     } catch (...) {
-        error = std::current_exception();
     }
+    return make_error_entry(code, message);
+}
+} // namespace
+
+// The end of a stage: its stage.finished event; a failure is shown to on_error and re-raised.
+void framework::close_stage(turn_context& ctx, std::string_view stage,
+                            std::chrono::steady_clock::time_point started, std::exception_ptr error) const {
     stage_finished(ctx, stage, started, !error);
-    if (error) {
-        report(stage, error, ctx.inbound);
-        std::rethrow_exception(error);
-    }
+    if (!error) return;
+    report(stage, error, ctx.inbound);
+    std::rethrow_exception(error);
 }
 
 asio::awaitable<void> framework::resolve_session(turn_context& ctx) {
@@ -208,23 +246,30 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         report("resolve_session", e, ctx.inbound);
         std::rethrow_exception(e);
     }
-    ctx.state.set_runtime("_runtime_turn_id", json::string(ctx.inbound.turn_id));
+    ctx.state.bind_turn_id(&ctx.inbound.turn_id);
 
-    // Before run_model: a failure here ends the turn without save_state.
-    co_await guarded("resolve_session", ctx, resolve_session(ctx));
-    ctx.state.set_runtime("_runtime_session_id", json::string(ctx.session_id));
-    co_await guarded("load_state", ctx, load_state(ctx));
+    // Each stage is awaited in this frame (no coroutine per guard): started, awaited, closed.
+    std::exception_ptr error;
     prompt p;
-    co_await guarded("build_prompt", ctx, build_prompt(ctx, p));
+    // Before run_model: a failure here ends the turn without save_state.
+    for (auto s : {stage_id::resolve_session, stage_id::load_state, stage_id::build_prompt}) {
+        auto started = stage_started(ctx, stage_name(s));
+        try {
+            co_await stage(s, ctx, p);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        close_stage(ctx, stage_name(s), started, error);
+        if (s == stage_id::resolve_session) ctx.state.bind_session_id(&ctx.session_id);
+    }
 
+    std::exception_ptr model_error;
     if (p.direct_reply) {
         ctx.direct_command = true;
         ctx.output = model_output{*p.direct_reply, 0, {}};
-        co_await guarded("save_state", ctx, save_state(ctx));
     } else {
         // From here on save_state runs whatever happens to the model run (the seed's finally).
         ctx.entered_run_model = true;
-        std::exception_ptr model_error;
         auto started = stage_started(ctx, "run_model");
         try {
             co_await run_model(ctx, p);
@@ -234,36 +279,29 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         stage_finished(ctx, "run_model", started, !model_error);
         if (model_error) {
             report("run_model", model_error, ctx.inbound);
-            std::string code = "internal_error", message = "run_model failed";
-            try {
-                std::rethrow_exception(model_error);
-            } catch (const turn_error& e) {
-                code = e.code(), message = e.what();
-            } catch (const boost::system::system_error& e) {
-                bool aborted = e.code() == asio::error::operation_aborted;
-                const auto& why = ctx.progress().stop_reason;
-                code = !aborted ? "internal_error" : why.empty() ? "stopped" : why;
-                message = e.what();
-            } catch (const std::exception& e) {
-                message = e.what();
-            } catch (...) {
-            }
-            ctx.new_entries.push_back(make_error_entry(code, message));
+            ctx.new_entries.push_back(error_entry_of(model_error, ctx.progress().stop_reason));
             // A cancelled turn must still be able to await its save.
             co_await asio::this_coro::reset_cancellation_state();
         }
-        std::exception_ptr save_error;
-        try {
-            co_await guarded("save_state", ctx, save_state(ctx));
-        } catch (...) {
-            save_error = std::current_exception();
-        }
-        if (model_error) std::rethrow_exception(model_error);
-        if (save_error) std::rethrow_exception(save_error);
     }
 
-    co_await guarded("render_outbound", ctx, render_outbound(ctx));
-    co_await guarded("dispatch_outbound", ctx, dispatch_outbound(ctx));
+    for (auto s : {stage_id::save_state, stage_id::render_outbound, stage_id::dispatch_outbound}) {
+        auto started = stage_started(ctx, stage_name(s));
+        try {
+            co_await stage(s, ctx, p);
+        } catch (...) {
+            error = std::current_exception();
+        }
+        if (model_error) {
+            // The save's own failure is reported; the model's is the turn's.
+            try {
+                close_stage(ctx, stage_name(s), started, error);
+            } catch (...) {
+            }
+            std::rethrow_exception(model_error);
+        }
+        close_stage(ctx, stage_name(s), started, error);
+    }
 
     turn_result r;
     r.turn_id = ctx.inbound.turn_id;

@@ -337,21 +337,26 @@ BOOST_FIXTURE_TEST_CASE(save_state_runs_every_implementation, framework_fixture)
 
 BOOST_FIXTURE_TEST_CASE(turn_state_refuses_runtime_keys_from_plugins, framework_fixture) {
     bool refused = false, accepted = false;
-    std::string turn_id;
+    std::string turn_id, session_id;
+    std::size_t keys = 0;
     plugin writer;
     writer.build_prompt = [&](turn_context& ctx) -> asio::awaitable<std::optional<prompt>> {
         refused = !ctx.state.set("_runtime_turn_id", "forged");
         accepted = ctx.state.set("mine", 42);
         turn_id = ctx.state.get("_runtime_turn_id")->as_string().c_str();
+        session_id = ctx.state.data().at("_runtime_session_id").as_string().c_str();
+        keys = ctx.state.data().size();
         co_return std::nullopt;
     };
     fw.register_plugin(writer);
     auto in = message("x");
     in.turn_id = "t_fixed";
-    run(in);
+    auto r = run(in);
     BOOST_TEST(refused);
     BOOST_TEST(accepted);
     BOOST_TEST(turn_id == "t_fixed");
+    BOOST_TEST(session_id == r.session_id);
+    BOOST_TEST(keys == 3u); // the two runtime keys and "mine"
 }
 
 BOOST_FIXTURE_TEST_CASE(session_is_derived_from_channel_and_chat, framework_fixture) {

@@ -4,6 +4,7 @@
 
 #include <boost/json.hpp>
 
+#include <string>
 #include <string_view>
 
 namespace baton {
@@ -16,16 +17,38 @@ public:
     bool set(std::string_view key, boost::json::value v);
     bool erase(std::string_view key);
 
-    const boost::json::value* get(std::string_view key) const { return data_.if_contains(key); }
-    const boost::json::object& data() const { return data_; }
+    const boost::json::value* get(std::string_view key) const { return data().if_contains(key); }
+    const boost::json::object& data() const {
+        if (pending_) materialize();
+        return data_;
+    }
 
     // Runtime writes: any key, including `_runtime_` ones.
-    void set_runtime(std::string_view key, boost::json::value v) { data_[key] = std::move(v); }
+    void set_runtime(std::string_view key, boost::json::value v) {
+        if (pending_) materialize();
+        data_[key] = std::move(v);
+    }
+    // `_runtime_turn_id` / `_runtime_session_id` read from these strings (which outlive the state)
+    // when a hook first looks: most turns never do, and then the keys cost nothing.
+    void bind_turn_id(const std::string* id) { bind(turn_id_, id); }
+    void bind_session_id(const std::string* id) { bind(session_id_, id); }
 
     static bool reserved(std::string_view key) { return key.starts_with(runtime_prefix); }
 
 private:
-    boost::json::object data_;
+    struct binding {
+        const std::string* source = nullptr;
+        bool written = false;
+    };
+    void bind(binding& b, const std::string* id) {
+        b = {id, false};
+        pending_ = true;
+    }
+    void materialize() const;
+
+    mutable boost::json::object data_;
+    mutable binding turn_id_, session_id_;
+    mutable bool pending_ = false;
 };
 
 } // namespace baton
