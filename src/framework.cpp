@@ -76,17 +76,19 @@ void framework::report(std::string_view stage, std::exception_ptr e, const inbou
 }
 
 namespace {
-// stage.started / stage.finished events (only when the turn's events are kept).
+// stage.started / stage.finished events (only when the turn's events are kept); the stage's
+// duration goes to the metrics either way.
 std::chrono::steady_clock::time_point stage_started(turn_context& ctx, std::string_view stage) {
-    if (!ctx.emitting()) return {};
-    ctx.emit("stage.started", json::object{{"stage", stage}});
+    if (ctx.emitting()) ctx.emit("stage.started", json::object{{"stage", stage}});
     return std::chrono::steady_clock::now();
 }
 
 void stage_finished(turn_context& ctx, std::string_view stage,
                     std::chrono::steady_clock::time_point started, bool ok) {
+    auto elapsed = std::chrono::steady_clock::now() - started;
+    if (auto s = parse_turn_stage(stage)) ctx.framework->metrics().observe_stage(*s, elapsed);
     if (!ctx.emitting()) return;
-    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started);
+    auto ms = std::chrono::duration<double, std::milli>(elapsed);
     json::object data{{"stage", stage}, {"ms", std::round(ms.count() * 1000) / 1000}};
     if (!ok) data["ok"] = false;
     ctx.emit("stage.finished", data);

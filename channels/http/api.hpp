@@ -63,6 +63,7 @@ private:
     asio::awaitable<reply> get_session(const std::string& sid);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
     asio::awaitable<reply> list_outbox(std::string_view query);
+    asio::awaitable<reply> metrics_page();
 
     runtime& rt_;
     std::function<bool()> ready_;
