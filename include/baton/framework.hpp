@@ -134,6 +134,7 @@ struct turn_context {
     std::vector<outbound> outbox;
     bool direct_command = false;
     bool entered_run_model = false;
+    std::chrono::steady_clock::time_point stage_mark; // when the last stage ended (metrics)
     baton::framework* framework = nullptr;
     turn_progress& progress() { return *inbound.progress; }
     // Publishes a turn event (API.md) when someone keeps the turn's events.
