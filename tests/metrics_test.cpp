@@ -10,6 +10,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -411,6 +412,30 @@ BOOST_AUTO_TEST_CASE(query_strings_are_ignored_and_other_methods_are_405) {
     check_error(d.request("DELETE", "/metrics"), 405, "method_not_allowed");
     // No token is needed, and the daemon is as healthy as before.
     BOOST_TEST(d.request("GET", "/healthz").status == 200u);
+}
+
+BOOST_AUTO_TEST_CASE(a_burst_of_scrapes_leaves_the_daemon_serving) {
+    daemon_fixture d;
+    std::vector<std::thread> scrapers;
+    std::atomic<int> ok{0};
+    for (int t = 0; t < 4; ++t)
+        scrapers.emplace_back([&] {
+            auto c = d.connect();
+            for (int i = 0; i < 50; ++i) {
+                if (!c.write(format_request("GET", "/metrics"))) return;
+                auto r = c.read_response();
+                if (!r || r->status != 200 || !r->body.ends_with("\n")) return;
+                ++ok;
+            }
+        });
+    auto tid = turn_id_of(d.post_message("busy", "hello"));
+    for (auto& t : scrapers)
+        t.join();
+    BOOST_TEST(ok.load() == 200);
+    BOOST_TEST(string_at(d.wait_for_turn(tid), "status") == "completed");
+    auto e = scrape_until(
+        d, [](const exposition& e) { return outcome(e, "completed") == 1; }, "the turn counted");
+    BOOST_TEST(e.value("baton_turns_accepted_total") == 1);
 }
 
 BOOST_AUTO_TEST_CASE(completed_turns_count_once_per_stage_and_model_call) {
