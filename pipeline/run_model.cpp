@@ -84,8 +84,12 @@ asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_reque
         progress.reply.append(piece);
         ctx.emit("model.delta", json::object{{"text", piece}});
     };
+    // One observation per call (metrics): ok when it answered, error however else it ended.
+    metrics_registry::call_timer timer(ctx.framework->metrics());
     try {
-        co_return co_await ctx.agent->model->complete(req, on_delta);
+        auto c = co_await ctx.agent->model->complete(req, on_delta);
+        timer.ok();
+        co_return c;
     } catch (const turn_error&) {
         throw;
     } catch (const boost::system::system_error& e) {

@@ -171,6 +171,16 @@ live_status actor_registry::status(const std::string& sid) {
     return {it->second->busy, turns_waiting(*it->second)};
 }
 
+std::int64_t actor_registry::total_waiting() {
+    std::int64_t n = 0;
+    for (auto& sh : shards_) {
+        std::lock_guard lock(sh.mutex);
+        for (const auto& [sid, a] : sh.actors)
+            n += turns_waiting(*a);
+    }
+    return n;
+}
+
 std::size_t actor_registry::live_sessions() {
     std::size_t n = 0;
     for (auto& sh : shards_) {

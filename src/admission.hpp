@@ -84,6 +84,8 @@ public:
 
     live_status status(const std::string& sid);
     std::size_t live_sessions();
+    // Messages waiting in every session's queue (metrics).
+    std::int64_t total_waiting();
 
 private:
     struct shard {

@@ -77,17 +77,22 @@ void framework::report(std::string_view stage, std::exception_ptr e, const inbou
 }
 
 namespace {
-// stage.started / stage.finished events (only when the turn's events are kept).
+// stage.started / stage.finished events (only when the turn's events are kept); the stage's
+// duration goes to the metrics either way. Without events a stage starts when the one before
+// ended (ctx.stage_mark): one clock read per stage boundary, not two.
 std::chrono::steady_clock::time_point stage_started(turn_context& ctx, std::string_view stage) {
-    if (!ctx.emitting()) return {};
+    if (!ctx.emitting()) return ctx.stage_mark;
     ctx.emit("stage.started", json::object{{"stage", stage}});
     return std::chrono::steady_clock::now();
 }
 
 void stage_finished(turn_context& ctx, std::string_view stage,
                     std::chrono::steady_clock::time_point started, bool ok) {
+    ctx.stage_mark = std::chrono::steady_clock::now();
+    auto elapsed = ctx.stage_mark - started;
+    if (auto s = parse_turn_stage(stage)) ctx.framework->metrics().observe_stage(*s, elapsed);
     if (!ctx.emitting()) return;
-    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started);
+    auto ms = std::chrono::duration<double, std::milli>(elapsed);
     json::object data{{"stage", stage}, {"ms", std::round(ms.count() * 1000) / 1000}};
     if (!ok) data["ok"] = false;
     ctx.emit("stage.finished", data);
@@ -247,6 +252,7 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         std::rethrow_exception(e);
     }
     ctx.state.bind_turn_id(&ctx.inbound.turn_id);
+    ctx.stage_mark = std::chrono::steady_clock::now();
 
     // Each stage is awaited in this frame (no coroutine per guard): started, awaited, closed.
     std::exception_ptr error;

@@ -1,4 +1,5 @@
 // Outbox items: status names, the listing JSON and the derived key.
+#include <baton/store.hpp>
 #include <baton/types.hpp>
 
 #include <openssl/evp.h>
@@ -14,6 +15,17 @@ constexpr std::array<std::string_view, 4> outbox_status_names{"pending", "sendin
 
 std::string_view to_string(outbox_status s) {
     return outbox_status_names[static_cast<std::size_t>(s)];
+}
+
+store::outbox_counts store::count_outbox() {
+    outbox_filter all;
+    all.limit = static_cast<std::size_t>(-1);
+    outbox_counts n;
+    for (const auto& o : list_outbox(all)) {
+        n.by_status[static_cast<std::size_t>(o.status)] += 1;
+        n.uncertain += o.uncertain ? 1 : 0;
+    }
+    return n;
 }
 
 std::optional<outbox_status> parse_outbox_status(std::string_view s) {

@@ -117,6 +117,15 @@ std::size_t runtime::live_sessions() const {
     return impl_->actors.live_sessions();
 }
 
+std::int64_t runtime::queued_turns() const {
+    return impl_->actors.total_waiting();
+}
+
+asio::awaitable<store::outbox_counts> runtime::count_outbox() {
+    auto count = [](store& s) { return s.count_outbox(); };
+    co_return co_await fw_.db().run(std::move(count));
+}
+
 void runtime::add_route(std::string channel, route_check check) {
     impl_->routes[std::move(channel)] = std::move(check);
 }
@@ -258,6 +267,7 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
 asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                               std::vector<turn_record> collected) {
     auto& db = rt.fw_.db();
+    auto began = std::chrono::steady_clock::now();
     rt.running_.fetch_add(1);
     rec.status = turn_status::running;
     rec.started_at = now_ms();
@@ -356,6 +366,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             {{"turn_id", rec.turn_id}, {"code", rec.error->code}, {"message", rec.error->message}});
     co_await asio::this_coro::reset_cancellation_state();
     progress->take_steering = nullptr;
+    rt.fw_.metrics().observe_turn(std::chrono::steady_clock::now() - began);
     auto carrier = rec;
     co_await store_final(std::move(rec));
     co_await finish_folded(std::move(*folded), carrier);
@@ -364,6 +375,8 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
 
 asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
     rec.finished_at = now_ms();
+    // Counted before anyone can read the final record.
+    rt.fw_.metrics().turn_finished(rec.status);
     try {
         auto finish = [rec](store& s) { s.finish_turn(rec); };
         co_await rt.fw_.db().run(std::move(finish));
@@ -453,6 +466,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     }
     // Known before it can start, so that a poll never sees it go back from running to queued.
     impl_->turns.live(rec);
+    fw_.metrics().turn_accepted();
     impl_->hub.open(rec.turn_id, rec.session_id)->publish("turn.queued", json::object{});
     impl_->actors.mark_ready(*actor, slot);
     // Admission mode `interrupt`: the running turn ends `stopped` and this message runs next.
@@ -535,6 +549,7 @@ asio::awaitable<std::size_t> runtime::recover() {
             rec.finished_at = now_ms();
             auto finish = [rec](store& s) { s.finish_turn(rec); };
             co_await fw_.db().run(std::move(finish));
+            fw_.metrics().turn_finished(rec.status);
             continue;
         }
         // Queued, or mid-run under an agent that runs such turns again (`on_abandoned: rerun`).

@@ -32,6 +32,7 @@ public:
     bool update_outbox(const outbox_item& o) override { return inner->update_outbox(o); }
     std::optional<outbox_item> get_outbox(const std::string& k) override { return inner->get_outbox(k); }
     std::vector<outbox_item> list_outbox(const outbox_filter& f) override { return inner->list_outbox(f); }
+    outbox_counts count_outbox() override { return inner->count_outbox(); }
     std::optional<std::string> get_cursor(const std::string& n) override { return inner->get_cursor(n); }
     void set_cursor(const std::string& n, const std::string& v) override { inner->set_cursor(n, v); }
 

@@ -480,6 +480,33 @@ BOOST_DATA_TEST_CASE(outbox_items_are_stored_once_and_listed_in_order, bdata::ma
     BOOST_TEST(f.s->get_outbox(c.key)->last_error.empty());
 }
 
+BOOST_DATA_TEST_CASE(outbox_counts_by_status_and_uncertain, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto counts = [&] {
+        auto n = f.s->count_outbox();
+        return std::vector<std::int64_t>{n.by_status[0], n.by_status[1], n.by_status[2], n.by_status[3],
+                                         n.uncertain};
+    };
+    BOOST_TEST(counts() == (std::vector<std::int64_t>{0, 0, 0, 0, 0}), boost::test_tools::per_element());
+    std::vector<outbox_item> items;
+    for (int i = 0; i < 6; ++i) {
+        items.push_back(make_item("s" + std::to_string(i % 2), "t_" + std::to_string(i), "ws", 0));
+        BOOST_TEST(f.s->add_outbox(items.back()));
+    }
+    BOOST_TEST(!f.s->add_outbox(items[0])); // counted once
+    auto set = [&](int i, outbox_status st, bool uncertain) {
+        items[i].status = st;
+        items[i].uncertain = uncertain;
+        BOOST_TEST(f.s->update_outbox(items[i]));
+    };
+    set(1, outbox_status::sending, true);
+    set(2, outbox_status::delivered, false);
+    set(3, outbox_status::delivered, true);
+    set(4, outbox_status::failed, false);
+    // pending, sending, delivered, failed, uncertain (whatever the status)
+    BOOST_TEST(counts() == (std::vector<std::int64_t>{2, 1, 2, 1, 2}), boost::test_tools::per_element());
+}
+
 BOOST_DATA_TEST_CASE(cursors_are_kept_by_name, bdata::make(kinds), kind) {
     store_fixture f(kind);
     BOOST_TEST(!f.s->get_cursor("telegram.offset").has_value());

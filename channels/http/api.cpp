@@ -87,6 +87,8 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     case route_id::readyz:
         if (ready_()) co_return json_reply(200, json::object{{"status", "ok"}});
         co_return error_reply(errc::draining, "not ready: starting or draining");
+    case route_id::metrics:
+        co_return co_await metrics_page();
     case route_id::web_page: {
         reply r;
         r.body = std::string(web::chat_page());
@@ -97,6 +99,46 @@ asio::awaitable<reply> api::handle(const request_view& req) {
         break;
     }
     co_return error_reply(errc::not_found, "no such resource");
+}
+
+// GET /metrics: the counters as they are, the gauges sampled now. The outbox is counted on the
+// store's thread at most once a second, one count at a time; other scrapes reuse the last one.
+asio::awaitable<reply> api::metrics_page() {
+    metrics_gauges g;
+    g.queue_depth = rt_.queued_turns();
+    g.turns_running = static_cast<std::int64_t>(rt_.running_turns());
+    g.sessions_live = static_cast<std::int64_t>(rt_.live_sessions());
+    auto sample = outbox_sample_;
+    bool count = false;
+    {
+        std::lock_guard lock(sample->mutex);
+        auto fresh =
+            sample->counts && std::chrono::steady_clock::now() - sample->taken < std::chrono::seconds(1);
+        count = !fresh && !(sample->counting && sample->counts);
+        if (count)
+            sample->counting = true;
+        else
+            g.outbox = sample->counts;
+    }
+    if (count) {
+        std::optional<store::outbox_counts> counted;
+        try {
+            counted = co_await rt_.count_outbox();
+        } catch (const std::exception& e) {
+            log::warn("metrics: cannot count the outbox", {{"error", e.what()}});
+        }
+        std::lock_guard lock(sample->mutex);
+        sample->counting = false;
+        if (counted) {
+            sample->counts = counted;
+            sample->taken = std::chrono::steady_clock::now();
+        }
+        g.outbox = counted;
+    }
+    reply r;
+    r.body = rt_.fw().metrics().render(g);
+    r.content_type = std::string(metrics_content_type);
+    co_return r;
 }
 
 asio::awaitable<reply> api::post_message(const request_view& req, const std::string& sid) {

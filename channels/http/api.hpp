@@ -8,7 +8,11 @@
 
 #include <boost/asio/awaitable.hpp>
 
+#include <chrono>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,9 +67,19 @@ private:
     asio::awaitable<reply> get_session(const std::string& sid);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
     asio::awaitable<reply> list_outbox(std::string_view query);
+    asio::awaitable<reply> metrics_page();
 
     runtime& rt_;
     std::function<bool()> ready_;
+    // The outbox counts of the last scrape: GET /metrics needs no token, so scrapes in quick
+    // succession reuse them instead of each queueing a count on the store's thread.
+    struct outbox_sample {
+        std::mutex mutex;
+        std::optional<store::outbox_counts> counts;
+        std::chrono::steady_clock::time_point taken;
+        bool counting = false;
+    };
+    std::shared_ptr<outbox_sample> outbox_sample_ = std::make_shared<outbox_sample>();
 };
 
 // Checks a POST body against API.md; fills `out` or returns the error to send.

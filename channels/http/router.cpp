@@ -28,6 +28,7 @@ const std::vector<pattern>& patterns() {
         {"GET", {"v1", "outbox"}, route_id::list_outbox},
         {"GET", {"healthz"}, route_id::healthz},
         {"GET", {"readyz"}, route_id::readyz},
+        {"GET", {"metrics"}, route_id::metrics},
         {"GET", {}, route_id::web_page},
     };
     return table;

@@ -20,6 +20,7 @@ enum class route_id {
     get_tape,
     healthz,
     readyz,
+    metrics,
     turn_events,
     websocket,
     list_outbox,

@@ -91,13 +91,15 @@ private:
 struct http_server::impl : std::enable_shared_from_this<impl> {
     impl(asio::any_io_executor e, runtime& rt, http_server_options o, std::function<bool()> ready,
          ws::channel* w)
-        : ex(std::move(e)), acceptor(asio::make_strand(ex)), api(rt, std::move(ready)), opts(o), ws(w) {}
+        : ex(std::move(e)), acceptor(asio::make_strand(ex)), api(rt, std::move(ready)), opts(o), ws(w),
+          metrics(rt.fw().metrics()) {}
 
     asio::any_io_executor ex;
     tcp::acceptor acceptor;
     http::api api;
     http_server_options opts;
     ws::channel* ws;
+    metrics_registry& metrics;
     std::atomic<bool> stopped{false};
 
     static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
@@ -145,6 +147,7 @@ std::string chunk(std::string_view data, bool chunked) {
 // bound gets a stream.gap frame for what was dropped.
 asio::awaitable<bool> http_server::impl::stream_events(beast::tcp_stream& stream, unsigned version,
                                                        bool keep_alive, http::event_stream es) {
+    auto open = metrics.open_connection(connection_kind::sse);
     bool chunked = version >= 11;
     keep_alive = keep_alive && chunked && !stopped.load();
     std::string head = chunked ? "HTTP/1.1 200 OK\r\n" : "HTTP/1.0 200 OK\r\n";
@@ -218,6 +221,8 @@ asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsign
 
 // One connection: requests are read and answered in order (pipelined ones wait in the buffer).
 asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::socket socket) {
+    // Until the connection closes or becomes a WebSocket (counted by its slot from then on).
+    auto open = self->metrics.open_connection(connection_kind::http);
     beast::tcp_stream stream(std::move(socket));
     beast::flat_buffer buffer;
     read_deadline deadline(stream.socket());
@@ -278,6 +283,12 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             }
             // The connection belongs to the WebSocket channel from here on; this coroutine (and
             // its buffers) ends now, so that an idle WebSocket costs only what it needs itself.
+            struct counted_slot {
+                std::shared_ptr<void> slot;
+                metrics_registry::connection_guard open;
+            };
+            slot = std::make_shared<counted_slot>(counted_slot{
+                std::move(slot), self->metrics.open_connection(connection_kind::websocket)});
             auto ex = stream.get_executor();
             asio::co_spawn(ex, ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release()),
                            log::spawn_logger{"ws connection"});

@@ -7,6 +7,7 @@
 
 #include <baton/config.hpp>
 #include <baton/events.hpp>
+#include <baton/metrics.hpp>
 #include <baton/model.hpp>
 #include <baton/store_runner.hpp>
 #include <baton/tools.hpp>
@@ -133,6 +134,7 @@ struct turn_context {
     std::vector<outbound> outbox;
     bool direct_command = false;
     bool entered_run_model = false;
+    std::chrono::steady_clock::time_point stage_mark; // when the last stage ended (metrics)
     baton::framework* framework = nullptr;
     turn_progress& progress() { return *inbound.progress; }
     // Publishes a turn event (API.md) when someone keeps the turn's events.
@@ -192,6 +194,8 @@ public:
     const baton::agent* find_agent(std::string_view name) const;
     store_runner& db() { return db_; }
     tool_registry& tools() { return tools_; }
+    // This framework's metrics (GET /metrics): its stages, the runtime's turns, the channels.
+    metrics_registry& metrics() { return *metrics_; }
 
     // The agent loop's hook points (pipeline/run_model.cpp calls them).
     asio::awaitable<void> before_model_call(turn_context& ctx, model_request& req);
@@ -228,6 +232,7 @@ private:
     asio::awaitable<void> dispatch_outbound(turn_context& ctx);
 
     store_runner& db_;
+    std::shared_ptr<metrics_registry> metrics_ = std::make_shared<metrics_registry>();
     std::unique_ptr<pipeline::context_cache> cache_;
     bool has_before_model_call_ = false;
     std::vector<plugin> plugins_; // registration order; hooks run from the back

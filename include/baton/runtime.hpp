@@ -88,6 +88,10 @@ public:
     std::size_t running_turns() const { return running_.load(); }
     // Session actors in memory (busy or with queued messages); idle ones are evicted.
     std::size_t live_sessions() const;
+    // Messages waiting in session queues (stored or being stored), all sessions together.
+    std::int64_t queued_turns() const;
+    // The outbox counted by status (GET /metrics), on the store's thread.
+    asio::awaitable<store::outbox_counts> count_outbox();
 
     // The channels a message may ask to be delivered through (`deliver.channel`). "http" is always
     // one (its reply is the turn record). `check(to)` says why a recipient is unknown (nullopt:

@@ -6,6 +6,8 @@
 
 #include <baton/types.hpp>
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +83,13 @@ public:
         std::size_t limit = 1000;
     };
     virtual std::vector<outbox_item> list_outbox(const outbox_filter& f) = 0;
+    // Every item counted by status, and those flagged uncertain whatever their status (metrics).
+    // The default lists the whole outbox; stores override it with a count.
+    struct outbox_counts {
+        std::array<std::int64_t, 4> by_status{}; // indexed by outbox_status
+        std::int64_t uncertain = 0;
+    };
+    virtual outbox_counts count_outbox();
 
     // Channel cursors: small named values a channel must keep across restarts (the Telegram
     // update offset, a schedule's last fire). nullopt when never set.

@@ -286,6 +286,16 @@ public:
         return out;
     }
 
+    outbox_counts count_outbox() override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        outbox_counts n;
+        for (const auto& [key, o] : outbox_) {
+            n.by_status[static_cast<std::size_t>(o.status)] += 1;
+            n.uncertain += o.uncertain ? 1 : 0;
+        }
+        return n;
+    }
+
 private:
     static bool matches(const outbox_item& o, const outbox_filter& f) {
         if (!f.statuses.empty() &&

@@ -138,7 +138,9 @@ struct statements {
           // A channel's undelivered items for one session (served by the outbox_open index).
           open_outbox(db, "SELECT " + outbox_columns +
                               " FROM outbox WHERE channel = ?1 AND session_id = ?2 AND status IN "
-                              "('pending', 'sending') ORDER BY seq LIMIT ?3") {}
+                              "('pending', 'sending') ORDER BY seq LIMIT ?3"),
+          count_outbox(db, "SELECT status, count(*), coalesce(sum(uncertain), 0) FROM outbox "
+                           "GROUP BY status") {}
 
     statement begin, commit, rollback, savepoint, release, rollback_to;
     statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
@@ -146,6 +148,7 @@ struct statements {
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
     statement add_outbox, update_outbox, get_outbox, list_outbox, open_outbox;
     statement get_cursor, set_cursor;
+    statement count_outbox;
 };
 
 // A group commit in progress (store_runner): calls run as savepoints of one open transaction.
@@ -505,6 +508,19 @@ public:
         while (q.step())
             out.push_back(read_outbox(q));
         return out;
+    }
+
+    outbox_counts count_outbox() override {
+        std::lock_guard lock(mutex_);
+        query q(st_.count_outbox);
+        outbox_counts n;
+        while (q.step()) {
+            auto st = parse_outbox_status(q.text(0));
+            if (!st) throw std::runtime_error("sqlite: unknown outbox status '" + q.text(0) + "'");
+            n.by_status[static_cast<std::size_t>(*st)] += q.int64(1);
+            n.uncertain += q.int64(2);
+        }
+        return n;
     }
 
     void begin_batch() override {
