@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 3> migrations{
+constexpr std::array<std::string_view, 4> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -91,6 +91,31 @@ CREATE TABLE cursors (
     value      TEXT NOT NULL,
     updated_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+)sql",
+    // 4: outbox items counted by status and uncertain flag, kept by triggers, so that GET /metrics
+    // reads a few rows instead of scanning an outbox that grows by an item per turn.
+    R"sql(
+CREATE TABLE outbox_counts (
+    status    TEXT NOT NULL,
+    uncertain INTEGER NOT NULL,
+    n         INTEGER NOT NULL,
+    PRIMARY KEY (status, uncertain)
+) WITHOUT ROWID;
+INSERT INTO outbox_counts (status, uncertain, n)
+    SELECT status, uncertain != 0, count(*) FROM outbox GROUP BY status, uncertain != 0;
+CREATE TRIGGER outbox_counts_insert AFTER INSERT ON outbox BEGIN
+    INSERT INTO outbox_counts (status, uncertain, n) VALUES (NEW.status, NEW.uncertain != 0, 1)
+        ON CONFLICT (status, uncertain) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER outbox_counts_update AFTER UPDATE OF status, uncertain ON outbox
+    WHEN OLD.status IS NOT NEW.status OR (OLD.uncertain != 0) IS NOT (NEW.uncertain != 0) BEGIN
+    UPDATE outbox_counts SET n = n - 1 WHERE status = OLD.status AND uncertain = (OLD.uncertain != 0);
+    INSERT INTO outbox_counts (status, uncertain, n) VALUES (NEW.status, NEW.uncertain != 0, 1)
+        ON CONFLICT (status, uncertain) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER outbox_counts_delete AFTER DELETE ON outbox BEGIN
+    UPDATE outbox_counts SET n = n - 1 WHERE status = OLD.status AND uncertain = (OLD.uncertain != 0);
+END;
 )sql",
 };
 
