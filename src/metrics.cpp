@@ -129,22 +129,34 @@ void gauge(std::string& out, std::string_view name, std::string_view help, std::
 }
 } // namespace
 
+namespace {
+// This thread's shard: threads take them in turn as they first observe.
+std::size_t this_thread_shard(std::size_t count) noexcept {
+    static std::atomic<std::size_t> next{0};
+    thread_local const std::size_t mine = next.fetch_add(1, relaxed);
+    return mine % count;
+}
+} // namespace
+
 void latency_histogram::observe(std::chrono::nanoseconds d) noexcept {
     auto ns = std::max<std::int64_t>(d.count(), 0);
     std::size_t i = 0;
     while (i < bounds_ns.size() && ns > bounds_ns[i])
         ++i;
-    buckets_[i].fetch_add(1, relaxed);
-    sum_ns_.fetch_add(static_cast<std::uint64_t>(ns), relaxed);
+    auto& sh = shards_[this_thread_shard(shard_count)];
+    sh.buckets[i].fetch_add(1, relaxed);
+    sh.sum_ns.fetch_add(static_cast<std::uint64_t>(ns), relaxed);
 }
 
 latency_histogram::snapshot latency_histogram::read() const noexcept {
     snapshot s;
-    for (std::size_t i = 0; i < buckets_.size(); ++i) {
-        s.buckets[i] = buckets_[i].load(relaxed);
-        s.count += s.buckets[i];
+    for (const auto& sh : shards_) {
+        for (std::size_t i = 0; i < sh.buckets.size(); ++i)
+            s.buckets[i] += sh.buckets[i].load(relaxed);
+        s.sum_ns += sh.sum_ns.load(relaxed);
     }
-    s.sum_ns = sum_ns_.load(relaxed);
+    for (auto b : s.buckets)
+        s.count += b;
     return s;
 }
 

@@ -153,9 +153,9 @@ constexpr std::string_view id_alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
 std::string make_turn_id() {
     thread_local std::mt19937_64 rng{std::random_device{}() ^
                                      static_cast<std::uint64_t>(now_ms()) * 0x9e3779b97f4a7c15ULL};
-    static std::atomic<std::uint64_t> counter{0};
+    thread_local std::uint64_t counter = 0; // per thread: a shared one bounces between cores
     std::uint64_t t = static_cast<std::uint64_t>(now_ms());
-    std::uint64_t r1 = rng() ^ counter.fetch_add(1, std::memory_order_relaxed);
+    std::uint64_t r1 = rng() ^ counter++;
     std::uint64_t r2 = rng();
     char id[28] = {'t', '_'};
     for (int i = 0; i < 10; ++i)

@@ -35,8 +35,14 @@ public:
     snapshot read() const noexcept;
 
 private:
-    std::array<std::atomic<std::uint64_t>, bounds_ns.size() + 1> buckets_{};
-    std::atomic<std::uint64_t> sum_ns_{0};
+    // Threads add to their own shard (its own cache lines): turns on several threads would
+    // otherwise bounce the same counters between cores on every stage.
+    static constexpr std::size_t shard_count = 8;
+    struct alignas(64) shard {
+        std::array<std::atomic<std::uint64_t>, bounds_ns.size() + 1> buckets{};
+        std::atomic<std::uint64_t> sum_ns{0};
+    };
+    std::array<shard, shard_count> shards_{};
 };
 
 // The seven stages of a turn (framework.hpp), in order.
