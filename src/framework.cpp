@@ -80,48 +80,37 @@ namespace {
 // stage.started / stage.finished events (only when the turn's events are kept); the stage's
 // duration goes to the metrics either way. Without events a stage starts when the one before
 // ended (ctx.stage_mark): one clock read per stage boundary, not two.
-std::chrono::steady_clock::time_point stage_started(turn_context& ctx, std::string_view stage) {
+std::chrono::steady_clock::time_point stage_started(turn_context& ctx, turn_stage stage) {
     if (!ctx.emitting()) return ctx.stage_mark;
-    ctx.emit("stage.started", json::object{{"stage", stage}});
+    ctx.emit("stage.started", json::object{{"stage", to_string(stage)}});
     return std::chrono::steady_clock::now();
 }
 
-void stage_finished(turn_context& ctx, std::string_view stage,
-                    std::chrono::steady_clock::time_point started, bool ok) {
+void stage_finished(turn_context& ctx, turn_stage stage, std::chrono::steady_clock::time_point started,
+                    bool ok) {
     ctx.stage_mark = std::chrono::steady_clock::now();
     auto elapsed = ctx.stage_mark - started;
-    if (auto s = parse_turn_stage(stage)) ctx.framework->metrics().observe_stage(*s, elapsed);
+    ctx.framework->metrics().observe_stage(stage, elapsed);
     if (!ctx.emitting()) return;
     auto ms = std::chrono::duration<double, std::milli>(elapsed);
-    json::object data{{"stage", stage}, {"ms", std::round(ms.count() * 1000) / 1000}};
+    json::object data{{"stage", to_string(stage)}, {"ms", std::round(ms.count() * 1000) / 1000}};
     if (!ok) data["ok"] = false;
     ctx.emit("stage.finished", data);
 }
 } // namespace
 
-std::string_view framework::stage_name(stage_id s) {
-    switch (s) {
-    case stage_id::resolve_session: return "resolve_session";
-    case stage_id::load_state: return "load_state";
-    case stage_id::build_prompt: return "build_prompt";
-    case stage_id::save_state: return "save_state";
-    case stage_id::render_outbound: return "render_outbound";
-    case stage_id::dispatch_outbound: return "dispatch_outbound";
-    }
-    return "unknown";
-}
-
 // The stage's coroutine, not started (a plain function: no frame of its own).
-asio::awaitable<void> framework::stage(stage_id s, turn_context& ctx, prompt& p) {
+asio::awaitable<void> framework::stage(turn_stage s, turn_context& ctx, prompt& p) {
     switch (s) {
-    case stage_id::resolve_session: return resolve_session(ctx);
-    case stage_id::load_state: return load_state(ctx);
-    case stage_id::build_prompt: return build_prompt(ctx, p);
-    case stage_id::save_state: return save_state(ctx);
-    case stage_id::render_outbound: return render_outbound(ctx);
-    case stage_id::dispatch_outbound: return dispatch_outbound(ctx);
+    case turn_stage::resolve_session: return resolve_session(ctx);
+    case turn_stage::load_state: return load_state(ctx);
+    case turn_stage::build_prompt: return build_prompt(ctx, p);
+    case turn_stage::save_state: return save_state(ctx);
+    case turn_stage::render_outbound: return render_outbound(ctx);
+    case turn_stage::dispatch_outbound: return dispatch_outbound(ctx);
+    case turn_stage::run_model: break; // awaited on its own: save_state follows it whatever happens
     }
-    throw std::logic_error("unknown stage");
+    throw std::logic_error("no such stage here");
 }
 
 namespace {
@@ -145,11 +134,11 @@ tape_entry error_entry_of(std::exception_ptr e, const std::string& stop_reason) 
 } // namespace
 
 // The end of a stage: its stage.finished event; a failure is shown to on_error and re-raised.
-void framework::close_stage(turn_context& ctx, std::string_view stage,
-                            std::chrono::steady_clock::time_point started, std::exception_ptr error) const {
+void framework::close_stage(turn_context& ctx, turn_stage stage, std::chrono::steady_clock::time_point started,
+                            std::exception_ptr error) const {
     stage_finished(ctx, stage, started, !error);
     if (!error) return;
-    report(stage, error, ctx.inbound);
+    report(to_string(stage), error, ctx.inbound);
     std::rethrow_exception(error);
 }
 
@@ -258,15 +247,15 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     std::exception_ptr error;
     prompt p;
     // Before run_model: a failure here ends the turn without save_state.
-    for (auto s : {stage_id::resolve_session, stage_id::load_state, stage_id::build_prompt}) {
-        auto started = stage_started(ctx, stage_name(s));
+    for (auto s : {turn_stage::resolve_session, turn_stage::load_state, turn_stage::build_prompt}) {
+        auto started = stage_started(ctx, s);
         try {
             co_await stage(s, ctx, p);
         } catch (...) {
             error = std::current_exception();
         }
-        close_stage(ctx, stage_name(s), started, error);
-        if (s == stage_id::resolve_session) ctx.state.bind_session_id(&ctx.session_id);
+        close_stage(ctx, s, started, error);
+        if (s == turn_stage::resolve_session) ctx.state.bind_session_id(&ctx.session_id);
     }
 
     std::exception_ptr model_error;
@@ -276,13 +265,13 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     } else {
         // From here on save_state runs whatever happens to the model run (the seed's finally).
         ctx.entered_run_model = true;
-        auto started = stage_started(ctx, "run_model");
+        auto started = stage_started(ctx, turn_stage::run_model);
         try {
             co_await run_model(ctx, p);
         } catch (...) {
             model_error = std::current_exception();
         }
-        stage_finished(ctx, "run_model", started, !model_error);
+        stage_finished(ctx, turn_stage::run_model, started, !model_error);
         if (model_error) {
             report("run_model", model_error, ctx.inbound);
             ctx.new_entries.push_back(error_entry_of(model_error, ctx.progress().stop_reason));
@@ -291,8 +280,8 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         }
     }
 
-    for (auto s : {stage_id::save_state, stage_id::render_outbound, stage_id::dispatch_outbound}) {
-        auto started = stage_started(ctx, stage_name(s));
+    for (auto s : {turn_stage::save_state, turn_stage::render_outbound, turn_stage::dispatch_outbound}) {
+        auto started = stage_started(ctx, s);
         try {
             co_await stage(s, ctx, p);
         } catch (...) {
@@ -301,12 +290,12 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         if (model_error) {
             // The save's own failure is reported; the model's is the turn's.
             try {
-                close_stage(ctx, stage_name(s), started, error);
+                close_stage(ctx, s, started, error);
             } catch (...) {
             }
             std::rethrow_exception(model_error);
         }
-        close_stage(ctx, stage_name(s), started, error);
+        close_stage(ctx, s, started, error);
     }
 
     turn_result r;

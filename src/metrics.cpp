@@ -160,6 +160,10 @@ latency_histogram::snapshot latency_histogram::read() const noexcept {
     return s;
 }
 
+std::string_view to_string(turn_stage s) noexcept {
+    return stage_names[static_cast<std::size_t>(s)];
+}
+
 std::optional<turn_stage> parse_turn_stage(std::string_view name) noexcept {
     for (std::size_t i = 0; i < stage_names.size(); ++i)
         if (stage_names[i] == name) return static_cast<turn_stage>(i);

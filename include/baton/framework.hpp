@@ -217,10 +217,8 @@ public:
         on_compaction_due;
 
 private:
-    enum class stage_id { resolve_session, load_state, build_prompt, save_state, render_outbound, dispatch_outbound };
-    static std::string_view stage_name(stage_id s);
-    asio::awaitable<void> stage(stage_id s, turn_context& ctx, prompt& p);
-    void close_stage(turn_context& ctx, std::string_view stage, std::chrono::steady_clock::time_point started,
+    asio::awaitable<void> stage(turn_stage s, turn_context& ctx, prompt& p);
+    void close_stage(turn_context& ctx, turn_stage stage, std::chrono::steady_clock::time_point started,
                      std::exception_ptr error) const;
     void report(std::string_view stage, std::exception_ptr e, const inbound& in) const;
     asio::awaitable<void> resolve_session(turn_context& ctx);

@@ -57,6 +57,7 @@ enum class turn_stage {
 };
 inline constexpr std::size_t turn_stage_count = 7;
 std::optional<turn_stage> parse_turn_stage(std::string_view name) noexcept;
+std::string_view to_string(turn_stage s) noexcept;
 
 enum class connection_kind { http, websocket, sse };
 inline constexpr std::size_t connection_kind_count = 3;
