@@ -276,6 +276,35 @@ BOOST_DATA_TEST_CASE(read_tape_pages_after_and_limit, bdata::make(kinds), kind) 
     BOOST_TEST(f.s->read_tape("s1", 0, std::numeric_limits<std::size_t>::max()).size() == 10u);
 }
 
+BOOST_DATA_TEST_CASE(tape_payloads_come_back_as_written, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    // Plain messages (which the memory store packs as role and raw text) and everything else.
+    std::vector<std::pair<tape_kind, std::string>> written{
+        {tape_kind::message, R"({"role":"user","text":"hi \"you\"\n\u00e9"})"},
+        {tape_kind::message, R"({"role":"assistant","text":""})"},
+        {tape_kind::message, R"({"role":"critic","text":"x"})"},
+        {tape_kind::message, R"({"text":"y","role":"user"})"},
+        {tape_kind::message, R"({"role":"user","text":"z","name":"n"})"},
+        {tape_kind::message, R"({"role":"tool","text":7})"},
+        {tape_kind::event, R"({})"},
+        {tape_kind::event, R"({"a":1})"},
+        {tape_kind::tool_call, R"({"call_id":"c1","name":"f","arguments":{"q":[1,2.5,null,true]}})"},
+    };
+    state_update u;
+    u.session_id = "s1";
+    u.turn_id = "t_1";
+    for (const auto& [k, text] : written)
+        u.entries.push_back(make_entry(k, json::parse(text).as_object()));
+    f.s->save_state(u);
+    auto back = f.s->read_tape("s1", 0, 100);
+    BOOST_TEST_REQUIRE(back.size() == written.size());
+    for (std::size_t i = 0; i < back.size(); ++i) {
+        BOOST_TEST((back[i].kind == written[i].first));
+        BOOST_TEST(json::serialize(back[i].payload) == json::serialize(json::parse(written[i].second)));
+        BOOST_TEST(back[i].turn_id == "t_1");
+    }
+}
+
 BOOST_DATA_TEST_CASE(tape_tail_returns_the_last_entries_ascending, bdata::make(kinds), kind) {
     store_fixture f(kind);
     auto u = entries_for("s1", "t_1", 10);

@@ -7,6 +7,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -39,7 +40,36 @@ private:
     pthread_mutex_t m_;
 };
 
-// A session's tape, packed: each entry's payload is kept serialized, and its turn id once per run
+// A payload as stored: a plain message ({"role", "text"} with a usual role, most of a tape) as its
+// role's number and its raw text; anything else serialized.
+constexpr std::array<std::string_view, 4> plain_roles{"user", "assistant", "system", "tool"};
+struct packed_payload {
+    std::uint8_t role = 0;  // 1 + index in plain_roles; 0: `json` is the serialized payload
+    std::string_view text;  // a plain message's text (in the entry, which outlives this)
+    std::string json;
+    // What is stored (not kept as a view of `json`: moving a short string moves its bytes).
+    std::string_view stored() const { return role ? text : std::string_view(json); }
+};
+
+packed_payload pack(const tape_entry& e) {
+    packed_payload p;
+    if (e.kind == tape_kind::message && e.payload.size() == 2) {
+        const auto* kv = e.payload.begin();
+        if (kv[0].key() == "role" && kv[1].key() == "text" && kv[0].value().is_string() &&
+            kv[1].value().is_string()) {
+            for (std::size_t i = 0; i < plain_roles.size(); ++i) {
+                if (plain_roles[i] != kv[0].value().get_string()) continue;
+                p.role = static_cast<std::uint8_t>(i + 1);
+                p.text = kv[1].value().get_string();
+                return p;
+            }
+        }
+    }
+    p.json = json_text(e.payload);
+    return p;
+}
+
+// A session's tape, packed: each entry's payload is kept as text (see pack), and its turn id once per run
 // of entries of the same turn, in append-only text chunks. An entry then costs ~48 bytes plus its
 // text, not a JSON object with an allocation per key (a long-running process's memory store grew
 // by ~600 bytes per turn, and the page faults of that growth were a quarter of a turn's time).
@@ -47,9 +77,9 @@ class packed_tape {
 public:
     std::size_t size() const { return entries_.size(); }
 
-    // Appends `e` (id, created_at and turn id already set) with its payload serialized.
-    void append(const tape_entry& e, std::string_view payload) {
-        entry out{e.id, e.created_at, put(payload), {}, e.kind};
+    // Appends `e` (id, created_at and turn id already set) with its packed payload.
+    void append(const tape_entry& e, const packed_payload& payload) {
+        entry out{e.id, e.created_at, put(payload.stored()), {}, e.kind, payload.role};
         if (!entries_.empty() && text(entries_.back().turn) == e.turn_id)
             out.turn = entries_.back().turn;
         else
@@ -74,7 +104,10 @@ public:
             t.kind = e.kind;
             t.created_at = e.created_at;
             t.turn_id = std::string(text(e.turn));
-            t.payload = json::parse(text(e.payload)).as_object();
+            if (e.role)
+                t.payload = {{"role", plain_roles[e.role - 1u]}, {"text", text(e.payload)}};
+            else
+                t.payload = json::parse(text(e.payload)).as_object();
             out.push_back(std::move(t));
         }
         return out;
@@ -90,6 +123,7 @@ private:
         text_ref payload;
         text_ref turn;
         tape_kind kind;
+        std::uint8_t role; // packed_payload::role
     };
 
     text_ref put(std::string_view s) {
@@ -161,11 +195,11 @@ public:
     }
 
     void save_state(state_update& u) override {
-        // Serialized before the lock is taken.
-        std::vector<std::string> payloads;
+        // Packed before the lock is taken.
+        std::vector<packed_payload> payloads;
         payloads.reserve(u.entries.size());
         for (const auto& e : u.entries)
-            payloads.push_back(json_text(e.payload));
+            payloads.push_back(pack(e));
         std::lock_guard<short_mutex> lock(mutex_);
         auto& s = session(u.session_id, "default", "", now_ms());
         for (std::size_t i = 0; i < u.entries.size(); ++i) {
