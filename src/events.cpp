@@ -1,7 +1,6 @@
 #include <baton/events.hpp>
 #include <baton/json_text.hpp>
 
-#include <boost/json/serialize.hpp>
 
 namespace baton {
 
@@ -144,11 +143,11 @@ std::string ws_event_frame(std::string_view turn_id, const turn_event& e) {
     std::string out;
     out.reserve(e.type.size() + e.data.size() + turn_id.size() + 64);
     out += R"({"type":"event","turn_id":)";
-    out += json::serialize(json::string(turn_id));
+    append_json_string(out, turn_id);
     out += R"(,"seq":)";
     out += std::to_string(e.seq);
     out += R"(,"event":)";
-    out += json::serialize(json::string(e.type));
+    append_json_string(out, e.type);
     out += R"(,"data":)";
     out += e.data;
     out += "}";

@@ -21,10 +21,8 @@ store::outbox_counts store::count_outbox() {
     outbox_filter all;
     all.limit = static_cast<std::size_t>(-1);
     outbox_counts n;
-    for (const auto& o : list_outbox(all)) {
-        n.by_status[static_cast<std::size_t>(o.status)] += 1;
-        n.uncertain += o.uncertain ? 1 : 0;
-    }
+    for (const auto& o : list_outbox(all))
+        n.add(o);
     return n;
 }
 

@@ -88,6 +88,10 @@ public:
     struct outbox_counts {
         std::array<std::int64_t, 4> by_status{}; // indexed by outbox_status
         std::int64_t uncertain = 0;
+        void add(const outbox_item& o) {
+            by_status[static_cast<std::size_t>(o.status)] += 1;
+            uncertain += o.uncertain ? 1 : 0;
+        }
     };
     virtual outbox_counts count_outbox();
 

@@ -323,10 +323,8 @@ public:
     outbox_counts count_outbox() override {
         std::lock_guard<short_mutex> lock(mutex_);
         outbox_counts n;
-        for (const auto& [key, o] : outbox_) {
-            n.by_status[static_cast<std::size_t>(o.status)] += 1;
-            n.uncertain += o.uncertain ? 1 : 0;
-        }
+        for (const auto& [key, o] : outbox_)
+            n.add(o);
         return n;
     }
 
