@@ -1,7 +1,6 @@
 #include <baton/events.hpp>
 #include <baton/json_text.hpp>
 
-
 namespace baton {
 
 turn_log::turn_log(std::string turn_id, std::string session_id, std::size_t capacity,
