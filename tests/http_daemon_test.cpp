@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace baton::test;
@@ -50,6 +51,21 @@ struct short_timeouts_fixture : daemon_fixture {
         json::object cfg;
         cfg["server"] = json::object{{"header_timeout_ms", 300}, {"idle_timeout_ms", 500}};
         cfg["storage"] = std::move(storage);
+        auto path = write_file("baton.json", json::serialize(cfg));
+        start({"--config", path.string()});
+    }
+};
+
+// A daemon whose echo agent has room for messages of a megabyte in its context.
+struct wide_context_fixture : daemon_fixture {
+    wide_context_fixture() : daemon_fixture(deferred{}) {
+        json::object storage;
+        storage["sqlite"] = json::object{{"path", (data_dir() / "baton.db").string()}};
+        json::object cfg;
+        cfg["storage"] = std::move(storage);
+        cfg["agents"] = json::object{
+            {"default", json::object{{"model", json::object{{"provider", "echo"},
+                                                            {"context_window", 100000000}}}}}};
         auto path = write_file("baton.json", json::serialize(cfg));
         start({"--config", path.string()});
     }
@@ -127,6 +143,83 @@ BOOST_FIXTURE_TEST_CASE(pipelined_requests_are_answered_in_order, daemon_fixture
     wait_for_turn(turn_id_of(answers[1]), {"completed"});
     wait_for_turn(turn_id_of(answers[3]), {"completed"});
     BOOST_TEST((user_texts(*this, "pipe") == std::vector<std::string>{"p1", "p2"}));
+}
+
+BOOST_FIXTURE_TEST_CASE(http_1_0_requests_get_http_1_0_replies, daemon_fixture) {
+    // Without keep-alive: the reply, then the close.
+    auto once = connect();
+    BOOST_TEST_REQUIRE(once.write("GET /healthz HTTP/1.0\r\n\r\n"), once.last_error());
+    auto all = once.read_until_close();
+    BOOST_TEST(all.closed, once.last_error());
+    BOOST_TEST(all.bytes.starts_with("HTTP/1.0 200 OK\r\n"), all.bytes);
+    BOOST_TEST(all.bytes.find("\r\nContent-Length: 15\r\n") != std::string::npos, all.bytes);
+    BOOST_TEST(all.bytes.find("Connection:") == std::string::npos, all.bytes);
+    BOOST_TEST(all.bytes.ends_with("\r\n\r\n{\"status\":\"ok\"}"), all.bytes);
+
+    // With it: the reply says so and the connection serves the next request.
+    auto kept = connect();
+    for (int i = 0; i < 2; ++i) {
+        BOOST_TEST_REQUIRE(kept.write("GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"),
+                           kept.last_error());
+        auto r = kept.read_response();
+        BOOST_TEST_REQUIRE(r.has_value(), "request " << i << ": " << kept.last_error());
+        BOOST_TEST(r->status == 200u);
+        BOOST_TEST(r->keep_alive);
+        BOOST_TEST(r->header("Connection").value_or("") == "keep-alive");
+    }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_request_sent_in_pieces_is_read_whole, daemon_fixture) {
+    const std::string body = R"({"text": "in pieces"})";
+    const std::string head = "POST /v1/sessions/pieces/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                             "Content-Type: application/json\r\nContent-Length: " +
+                             std::to_string(body.size()) + "\r\n\r\n";
+    auto c = connect();
+    // Cut inside the request line, inside a header, between header and body, inside the body.
+    const std::vector<std::string> pieces{head.substr(0, 7), head.substr(7, 40), head.substr(47),
+                                          body.substr(0, 5), body.substr(5)};
+    for (const auto& p : pieces) {
+        BOOST_TEST_REQUIRE(c.write(p), c.last_error());
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    auto r = c.read_response();
+    BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+    BOOST_TEST(r->status == 202u, r->body);
+    BOOST_TEST(string_at(wait_for_turn(turn_id_of(*r)), "reply") == "echo: in pieces");
+    // The connection is still good for the next request.
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_reply_larger_than_the_socket_buffers_reaches_a_slow_reader, wide_context_fixture) {
+    // 12 messages of 900 KB (and their echoes, cut to max_reply_bytes): a tape page of ~11 MB, more
+    // than the kernel holds for a reader that does not read yet, so the daemon has to wait for the
+    // socket to drain.
+    const std::string text(900 * 1024, 'x');
+    std::string last;
+    for (int i = 0; i < 12; ++i) {
+        auto r = post_message("slow-reader", text);
+        BOOST_TEST_REQUIRE(r.status == 202u, r.body);
+        last = turn_id_of(r);
+    }
+    wait_for_turn(last, {"completed"});
+    auto c = connect();
+    BOOST_TEST_REQUIRE(c.write(format_request("GET", "/v1/sessions/slow-reader/tape?limit=1000")),
+                       c.last_error());
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    auto r = c.read_response();
+    BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+    BOOST_TEST(r->status == 200u);
+    BOOST_TEST(r->header("Content-Length").value_or("") == std::to_string(r->body.size()));
+    BOOST_TEST_REQUIRE(r->json.is_object(), "the tape page is not JSON");
+    const auto& entries = r->json.at("entries").as_array();
+    BOOST_TEST(entries.size() == 24u);
+    int whole = 0;
+    for (const auto& e : entries) {
+        const auto& p = e.at("payload").as_object();
+        whole += string_at(p, "role") == "user" && string_at(p, "text") == text;
+    }
+    BOOST_TEST(whole == 12);
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
 }
 
 BOOST_FIXTURE_TEST_CASE(body_over_the_limit_with_content_length_is_413, daemon_fixture) {

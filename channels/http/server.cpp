@@ -16,6 +16,7 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 
 #include <atomic>
+#include <charconv>
 
 namespace baton {
 
@@ -131,6 +132,22 @@ stream_kind classify(const bhttp::request<bhttp::string_body>& req, std::string&
     return stream_kind::events;
 }
 
+// Feeds the parser what the buffer holds: a clean result with the parser not done means more
+// bytes are needed (Beast wants the whole header in one piece, so it may take none yet).
+boost::system::error_code parse_buffered(bhttp::request_parser<bhttp::string_body>& parser,
+                                         beast::flat_buffer& buffer) {
+    parser.eager(true);
+    boost::system::error_code ec;
+    while (buffer.size() > 0 && !parser.is_done()) {
+        auto n = parser.put(buffer.data(), ec);
+        buffer.consume(n);
+        if (ec == bhttp::error::need_more) return {};
+        if (ec) return ec;
+        if (n == 0) break;
+    }
+    return ec;
+}
+
 std::string chunk(std::string_view data, bool chunked) {
     if (!chunked) return std::string(data);
     char size[20];
@@ -203,20 +220,68 @@ asio::awaitable<bool> http_server::impl::stream_events(beast::tcp_stream& stream
     co_return chunked ? (co_await send("0\r\n\r\n")) && keep_alive : false;
 }
 
+namespace {
+void append_decimal(std::string& out, std::size_t v) {
+    char digits[24];
+    auto [end, ec] = std::to_chars(digits, digits + sizeof digits, v);
+    out.append(digits, end);
+}
+
+// A header value as it goes on the wire: CR and LF would end the line (and start another).
+void append_header(std::string& out, std::string_view name, std::string_view value) {
+    out += name;
+    out += ": ";
+    for (char c : value)
+        out += (c == '\r' || c == '\n') ? ' ' : c;
+    out += "\r\n";
+}
+
+// The response as one buffer: status line, headers, body. Connection follows Beast's rules: 1.1
+// says `close` when it will close, 1.0 says `keep-alive` when it will not.
+std::string response_bytes(const http::reply& r, unsigned version, bool keep_alive) {
+    auto reason = bhttp::obsolete_reason(static_cast<bhttp::status>(r.status));
+    std::string out;
+    out.reserve(160 + r.content_type.size() + r.body.size());
+    out += version >= 11 ? "HTTP/1.1 " : "HTTP/1.0 ";
+    append_decimal(out, static_cast<std::size_t>(r.status));
+    out += ' ';
+    out += reason;
+    out += "\r\nServer: baton\r\n";
+    append_header(out, "Content-Type", r.content_type);
+    out += "Cache-Control: no-store\r\n";
+    for (const auto& [name, value] : r.headers)
+        append_header(out, name, value);
+    out += "Content-Length: ";
+    append_decimal(out, r.body.size());
+    if (version >= 11)
+        out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
+    else
+        out += keep_alive ? "\r\nConnection: keep-alive\r\n\r\n" : "\r\n\r\n";
+    out += r.body;
+    return out;
+}
+} // namespace
+
+// A reply is written as it is in almost every case: straight into the socket's buffer, without
+// an asynchronous operation, a timer or a completion handler. Only what the socket cannot take
+// now waits (under the body timeout) for it to drain.
 asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsigned version,
                                                bool keep_alive, http::reply r) {
-    bhttp::response<bhttp::string_body> res{static_cast<bhttp::status>(r.status), version};
-    res.set(bhttp::field::server, "baton");
-    res.set(bhttp::field::content_type, r.content_type);
-    res.set(bhttp::field::cache_control, "no-store");
-    for (auto& [name, value] : r.headers)
-        res.set(name, value);
-    res.body() = std::move(r.body);
-    res.keep_alive(keep_alive && !stopped.load());
-    res.prepare_payload();
-    stream.expires_after(opts.body_timeout);
-    auto [ec, n] = co_await bhttp::async_write(stream, res, use_tuple);
-    co_return !ec && res.keep_alive();
+    keep_alive = keep_alive && !stopped.load();
+    auto bytes = response_bytes(r, version, keep_alive);
+    boost::system::error_code ec;
+    std::size_t sent = 0;
+    auto& socket = stream.socket();
+    socket.non_blocking(true, ec);
+    while (!ec && sent < bytes.size())
+        sent += socket.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        stream.expires_after(opts.body_timeout);
+        std::tie(ec, std::ignore) = co_await asio::async_write(
+            stream, asio::buffer(bytes.data() + sent, bytes.size() - sent), use_tuple);
+        stream.expires_never();
+    }
+    co_return !ec && keep_alive;
 }
 
 // One connection: requests are read and answered in order (pipelined ones wait in the buffer).
@@ -239,9 +304,15 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
         parser.body_limit(opts.max_body_bytes);
         stream.expires_never();
-        deadline.arm(opts.header_timeout);
-        auto [hec, hn] = co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
-        if (deadline.disarm()) hec = beast::error::timeout;
+        // A request that arrived whole (nearly every one) is parsed where it lies; the reads
+        // below, under their deadlines, are for the rest of one that did not.
+        auto hec = parse_buffered(parser, buffer);
+        if (!hec && !parser.is_header_done()) {
+            deadline.arm(opts.header_timeout);
+            std::tie(hec, std::ignore) =
+                co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
+            if (deadline.disarm()) hec = beast::error::timeout;
+        }
         if (!hec && !parser.is_done()) {
             auto expect = parser.get()[bhttp::field::expect];
             if (beast::iequals(expect, "100-continue")) {
