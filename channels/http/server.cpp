@@ -272,7 +272,7 @@ asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsign
     boost::system::error_code ec;
     std::size_t sent = 0;
     auto& socket = stream.socket();
-    socket.non_blocking(true, ec);
+    if (!socket.non_blocking()) socket.non_blocking(true, ec); // set once: it costs an ioctl
     while (!ec && sent < bytes.size())
         sent += socket.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
     if (ec == asio::error::would_block || ec == asio::error::try_again) {
@@ -361,6 +361,8 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             slot = std::make_shared<counted_slot>(counted_slot{
                 std::move(slot), self->metrics.open_connection(connection_kind::websocket)});
             auto ex = stream.get_executor();
+            boost::system::error_code blocking_ec;
+            stream.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
             asio::co_spawn(ex, ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release()),
                            log::spawn_logger{"ws connection"});
             co_return;
