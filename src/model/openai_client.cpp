@@ -171,65 +171,79 @@ attempt_result parse_whole(std::string_view body) {
 }
 
 // The chat-completions request, written straight to text: a turn's whole context goes out on
-// every model call, so no JSON tree is built and torn down for it.
+// every model call, so no JSON tree is built and torn down for it, literals are appended with
+// their lengths known and the usual roles as they are written.
 std::string request_body(const model_request& req, const model_config& cfg) {
+    using namespace std::string_view_literals;
     std::string out;
     std::size_t estimate = 256;
     for (const auto& m : req.messages)
         estimate += m.content.size() + 48;
     out.reserve(estimate);
-    out += "{\"model\":";
+    out += "{\"model\":"sv;
     append_json_string(out, req.model.empty() ? cfg.model : req.model);
-    out += ",\"messages\":[";
+    out += ",\"messages\":["sv;
     bool first = true;
     for (const auto& m : req.messages) {
-        out += first ? "{\"role\":" : ",{\"role\":";
+        out += first ? "{\"role\":"sv : ",{\"role\":"sv;
         first = false;
-        append_json_string(out, m.role);
-        out += ",\"content\":";
+        if (m.role == "user")
+            out += "\"user\""sv;
+        else if (m.role == "assistant")
+            out += "\"assistant\""sv;
+        else if (m.role == "system")
+            out += "\"system\""sv;
+        else if (m.role == "tool")
+            out += "\"tool\""sv;
+        else
+            append_json_string(out, m.role);
+        out += ",\"content\":"sv;
         if (m.content.empty() && !m.tool_calls.empty())
-            out += "null";
+            out += "null"sv;
         else
             append_json_string(out, m.content);
         if (!m.tool_calls.empty()) {
-            out += ",\"tool_calls\":[";
+            out += ",\"tool_calls\":["sv;
             for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
                 const auto& c = m.tool_calls[i];
-                out += i ? ",{\"id\":" : "{\"id\":";
+                out += i ? ",{\"id\":"sv : "{\"id\":"sv;
                 append_json_string(out, c.id);
-                out += ",\"type\":\"function\",\"function\":{\"name\":";
+                out += ",\"type\":\"function\",\"function\":{\"name\":"sv;
                 append_json_string(out, c.name);
-                out += ",\"arguments\":";
+                out += ",\"arguments\":"sv;
                 append_json_string(out, c.arguments);
-                out += "}}";
+                out += "}}"sv;
             }
-            out += "]";
+            out += ']';
         }
         if (m.role == "tool") {
-            out += ",\"tool_call_id\":";
+            out += ",\"tool_call_id\":"sv;
             append_json_string(out, m.tool_call_id);
         }
-        out += "}";
+        out += '}';
     }
-    out += "]";
+    out += ']';
     if (!req.tools.empty()) {
-        out += ",\"tools\":[";
+        out += ",\"tools\":["sv;
         for (std::size_t i = 0; i < req.tools.size(); ++i) {
             const auto& t = req.tools[i];
-            out += i ? ",{\"type\":\"function\",\"function\":{\"name\":"
-                     : "{\"type\":\"function\",\"function\":{\"name\":";
+            out += i ? ",{\"type\":\"function\",\"function\":{\"name\":"sv
+                     : "{\"type\":\"function\",\"function\":{\"name\":"sv;
             append_json_string(out, t.name);
-            out += ",\"description\":";
+            out += ",\"description\":"sv;
             append_json_string(out, t.description);
-            out += ",\"parameters\":";
+            out += ",\"parameters\":"sv;
             append_json(out, t.parameters);
-            out += "}}";
+            out += "}}"sv;
         }
-        out += "]";
+        out += ']';
     }
-    if (req.max_tokens > 0) out += ",\"max_tokens\":" + std::to_string(req.max_tokens);
-    out += cfg.stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
-                      : ",\"stream\":false}";
+    if (req.max_tokens > 0) {
+        out += ",\"max_tokens\":"sv;
+        out += std::to_string(req.max_tokens);
+    }
+    out += cfg.stream ? ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"sv
+                      : ",\"stream\":false}"sv;
     return out;
 }
 
