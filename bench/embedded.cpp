@@ -4,6 +4,7 @@
 // second model call that answers. Reports this process's CPU per turn, turns/s and peak RSS.
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
+#include "pipeline/context_window.hpp"
 
 #include <baton/framework.hpp>
 #include <baton/http_client.hpp>
@@ -146,15 +147,17 @@ int run_embedded(const options& opt) {
     once.max_attempts = 1;
     fw.add_agent(agent{cfg, make_openai_model(ioc.get_executor(), cfg.model, http, once)});
     fw.tools().add(make_lookup_tool());
-    // How many earlier messages a turn's first model call carries, so that the JS side can send as
-    // many (bench/peers/run passes it on): the most seen, i.e. the full context window.
+    // How many messages a turn's first model call carries, so that the JS side can send as many
+    // (bench/peers/run passes it on): the most seen, i.e. the full context window. Counted after
+    // the call from the session's window (lent to it whole) and the turn's message: a
+    // before_model_call hook would make every request a copy, written afresh.
     std::atomic<std::size_t> first_call_messages{0};
     plugin probe;
     probe.name = "bench-probe";
-    probe.before_model_call = [&first_call_messages](turn_context& ctx,
-                                                     model_request& req) -> asio::awaitable<void> {
-        if (ctx.progress().steps == 0) {
-            std::size_t n = req.messages.size(), seen = first_call_messages.load();
+    probe.after_model_call = [&first_call_messages](turn_context& ctx,
+                                                    const chat_completion&) -> asio::awaitable<void> {
+        if (ctx.progress().steps == 1 && ctx.window) {
+            std::size_t n = ctx.window->items.size() + 1, seen = first_call_messages.load();
             while (n > seen && !first_call_messages.compare_exchange_weak(seen, n)) {
             }
         }

@@ -67,6 +67,24 @@ std::string tool_output_preview(std::string_view output, std::string_view where)
     return s;
 }
 
+std::size_t context_window::item_bytes(std::size_t i) const {
+    return message_bytes(messages[i]) + items[i].json.capacity();
+}
+
+void context_window::encode(const std::vector<chat_message>& lent, std::vector<std::string_view>& out) {
+    out.clear();
+    if (lent.size() < items.size()) return;
+    out.reserve(items.size());
+    for (std::size_t i = 0; i < items.size(); ++i) {
+        auto& json = items[i].json;
+        if (json.empty()) {
+            append_chat_message(json, lent[i]);
+            bytes_ += json.capacity();
+        }
+        out.emplace_back(json);
+    }
+}
+
 void context_window::count(std::size_t i, int sign) {
     const auto& it = items[i];
     auto step = [sign](std::size_t& n) { n = sign > 0 ? n + 1 : n - std::min<std::size_t>(n, 1); };
@@ -78,13 +96,16 @@ void context_window::count(std::size_t i, int sign) {
 void context_window::push(chat_message m, window_item it) {
     it.tokens = estimate_tokens(m);
     tokens += it.tokens;
-    bytes_ += message_bytes(m);
+    bytes_ += message_bytes(m) + it.json.capacity();
     messages.push_back(std::move(m));
     items.push_back(it);
     count(items.size() - 1, +1);
 }
 
 void context_window::recount(std::size_t i) {
+    // The message changed: its JSON is written again when next needed.
+    bytes_ -= std::min(bytes_, items[i].json.capacity());
+    std::string().swap(items[i].json);
     tokens -= items[i].tokens;
     items[i].tokens = estimate_tokens(messages[i]);
     tokens += items[i].tokens;
@@ -95,7 +116,7 @@ void context_window::erase_if_not_pinned(std::size_t from, std::size_t to) {
     if (from >= to) return;
     for (std::size_t i = from; i < to; ++i) {
         tokens -= items[i].tokens;
-        bytes_ -= std::min(bytes_, message_bytes(messages[i]));
+        bytes_ -= std::min(bytes_, item_bytes(i));
         count(i, -1);
     }
     messages.erase(messages.begin() + static_cast<std::ptrdiff_t>(from),
@@ -245,14 +266,14 @@ void context_window::drop_rounds(std::int64_t through) {
         if (old && (it.kind == item_kind::tool_result || it.kind == item_kind::tool_calls)) count(i, -1);
         if (old && it.kind == item_kind::tool_result) {
             tokens -= it.tokens;
-            bytes_ -= std::min(bytes_, message_bytes(messages[i]));
+            bytes_ -= std::min(bytes_, item_bytes(i));
             continue;
         }
         if (old && it.kind == item_kind::tool_calls) {
             // An assistant text that asked for tools keeps its text.
             if (messages[i].content.empty()) {
                 tokens -= it.tokens;
-                bytes_ -= std::min(bytes_, message_bytes(messages[i]));
+                bytes_ -= std::min(bytes_, item_bytes(i));
                 continue;
             }
             messages[i].tool_calls.clear();
@@ -262,7 +283,7 @@ void context_window::drop_rounds(std::int64_t through) {
         }
         if (out != i) {
             messages[out] = std::move(messages[i]);
-            items[out] = it;
+            items[out] = std::move(it);
         }
         ++out;
     }

@@ -43,6 +43,9 @@ struct window_item {
     std::int64_t tokens = 0;
     item_kind kind = item_kind::message;
     bool trimmed = false;
+    // The message as a chat-completions object (append_chat_message), written on first use by a
+    // model client that reads it; emptied whenever the message changes.
+    std::string json = {};
 };
 
 class context_window {
@@ -76,6 +79,11 @@ public:
     // Learns from a model call: `reported` prompt tokens for a request we estimated at `estimated`.
     void learn(std::int64_t reported, std::int64_t estimated);
 
+    // Writes the JSON of the items that have none from `lent` (the window's messages, lent to a
+    // request) and points `out` (model_request::encoded) at every item's. Leaves `out` empty when
+    // `lent` is shorter than the window (it was not handed over whole).
+    void encode(const std::vector<chat_message>& lent, std::vector<std::string_view>& out);
+
 private:
     void push(chat_message m, window_item it);
     void erase_if_not_pinned(std::size_t from, std::size_t to);
@@ -85,6 +93,8 @@ private:
     void recount(std::size_t i);
     // Keeps the stage counters below in step with an item entering (+1) or leaving (-1).
     void count(std::size_t i, int sign);
+    // What an item's message and its JSON take (for the cache's bound).
+    std::size_t item_bytes(std::size_t i) const;
     std::size_t bytes_ = 0;
     std::size_t tool_items_ = 0; // tool_calls and tool_result items
     std::size_t trimmable_ = 0;  // tool results over trim_above_bytes, not trimmed yet

@@ -52,6 +52,7 @@ asio::awaitable<void> framework::after_tool_call(turn_context& ctx, const tool_c
 
 void framework::register_plugin(plugin p) {
     if (p.before_model_call) has_before_model_call_ = true;
+    if (p.load_state || p.build_prompt || p.run_model || p.before_model_call) context_hooked_ = true;
     plugins_.push_back(std::move(p));
 }
 

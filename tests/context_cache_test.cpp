@@ -138,6 +138,71 @@ BOOST_AUTO_TEST_CASE(an_anchor_that_keeps_recent_messages_and_the_stages_rebuild
     BOOST_TEST(!find_context_span(short_tail, false).complete);
 }
 
+// The JSON a window keeps for its messages (sent instead of writing them again) must be what
+// writing them now gives, through every change: a tool call joining an assistant message, trimmed
+// outputs, dropped rounds, anchors, new pinned blocks. Checked after each entry of a long tape.
+BOOST_AUTO_TEST_CASE(the_windows_json_is_what_writing_its_messages_now_gives) {
+    std::string big = "line \"one\"\n" + std::string(1500, 'z') + "\ttab\\";
+    std::vector<tape_entry> tape;
+    for (int round = 0; round < 6; ++round) {
+        auto n = std::to_string(round);
+        tape.push_back(make_message("user", "q" + n + " \"quoted\""));
+        tape.push_back(make_message("assistant", "let me look " + n));
+        tape.push_back(call("c" + n, "fetch")); // joins the assistant message above
+        tape.push_back(result("c" + n, round % 2 ? big : "small \u00e9 " + n));
+        tape.push_back(call("d" + n, "clock")); // a call of its own
+        tape.push_back(result("d" + n, "12:00"));
+        tape.push_back(make_message("assistant", "a" + n + "\n"));
+    }
+    auto ids = numbered(std::move(tape));
+    tape = ids;
+    const auto id_after = [&](std::size_t i) { return tape[i].id; };
+    tape.push_back(stage_event("trim_tool_outputs", id_after(20)));
+    tape.push_back(make_message("user", "after trim"));
+    tape.push_back(stage_event("drop_tool_rounds", id_after(30)));
+    tape.push_back(make_message("user", "after drop"));
+    tape.push_back(anchor("earlier: questions and answers", id_after(35)));
+    tape.push_back(make_message("assistant", "after anchor"));
+    for (std::size_t i = ids.size(); i < tape.size(); ++i)
+        tape[i].id = static_cast<std::int64_t>(i + 1);
+
+    context_window w;
+    w.set_pinned("a", {"pinned \"one\""});
+    std::size_t encoded_before = 0;
+    auto check = [&](const std::string& when) {
+        // Lent as the pipeline lends it, encoded, compared, handed back.
+        auto lent = std::exchange(w.messages, {});
+        std::vector<std::string_view> json;
+        auto before = w.bytes();
+        w.encode(lent, json);
+        BOOST_TEST_REQUIRE(json.size() == lent.size(), when);
+        std::size_t total = 0;
+        for (std::size_t i = 0; i < lent.size(); ++i) {
+            std::string fresh;
+            append_chat_message(fresh, lent[i]);
+            BOOST_TEST_REQUIRE(std::string(json[i]) == fresh, when << ": message " << i);
+            BOOST_TEST_REQUIRE(json::parse(fresh).is_object());
+            total += json[i].size();
+        }
+        BOOST_TEST(w.bytes() >= before, when);
+        encoded_before = total;
+        w.messages = std::move(lent);
+    };
+    check("empty");
+    for (std::size_t i = 0; i < tape.size(); ++i) {
+        w.add(tape[i]);
+        check("after entry " + std::to_string(i + 1));
+    }
+    BOOST_TEST(encoded_before > 0u);
+    // New pinned blocks: the rest keeps its JSON, the blocks get theirs.
+    w.set_pinned("a", {"pinned two", "pinned three"});
+    check("new pinned blocks");
+    // A window too short to be the one lent gets no JSON.
+    std::vector<std::string_view> none;
+    w.encode({}, none);
+    BOOST_TEST(none.empty());
+}
+
 BOOST_AUTO_TEST_CASE(trim_keeps_a_preview_naming_the_entry) {
     std::string big(2000, 'z');
     auto w = window_of(numbered({make_message("user", "q"), call("c1", "fetch"), result("c1", big),

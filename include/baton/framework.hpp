@@ -204,6 +204,10 @@ public:
     asio::awaitable<void> after_tool_call(turn_context& ctx, const tool_call& call, tool_result& r);
     // False when no plugin has a before_model_call hook (the agent loop then skips a copy).
     bool has_before_model_call() const { return has_before_model_call_; }
+    // False once a plugin has a hook that could change a turn's messages on their way from the
+    // session's context to the model (load_state, build_prompt, run_model, before_model_call):
+    // the agent loop then has every request written afresh instead of reusing the context's JSON.
+    bool context_reaches_model_unchanged() const { return !context_hooked_; }
 
     // Runs one turn. Throws what a stage threw (after on_error saw it); cancellation follows the
     // awaiting coroutine's slot and still lets save_state run once run_model was entered.
@@ -233,6 +237,7 @@ private:
     std::shared_ptr<metrics_registry> metrics_ = std::make_shared<metrics_registry>();
     std::unique_ptr<pipeline::context_cache> cache_;
     bool has_before_model_call_ = false;
+    bool context_hooked_ = false;
     std::vector<plugin> plugins_; // registration order; hooks run from the back
     std::map<std::string, baton::agent, std::less<>> agents_;
     tool_registry tools_;

@@ -36,7 +36,16 @@ struct model_request {
     std::vector<chat_message> messages;
     std::vector<tool_schema> tools;
     std::int64_t max_tokens = 0;
+    // The session's context as already written: encoded[i], when not empty, is messages[i] as a
+    // chat-completions message object (append_chat_message). The agent loop fills it for the
+    // messages lent from the session's context, for clients that say they read it; it may be
+    // shorter than `messages` (the turn's own messages are not in it).
+    std::vector<std::string_view> encoded;
 };
+
+// Appends `m` as a chat-completions message object: {"role","content"[,"tool_calls"]
+// [,"tool_call_id"]}.
+void append_chat_message(std::string& out, const chat_message& m);
 
 // Receives streamed text as it arrives (model.delta events).
 using delta_handler = std::function<void(std::string_view)>;
@@ -50,6 +59,8 @@ public:
     virtual boost::asio::awaitable<chat_completion> complete(const model_request& req,
                                                              const delta_handler& on_delta) = 0;
     virtual std::string name() const = 0;
+    // True when complete() sends model_request::encoded's texts instead of writing them again.
+    virtual bool reads_encoded_messages() const { return false; }
 };
 
 // Replies "echo: <last user text>"; usage counts whitespace-separated words.

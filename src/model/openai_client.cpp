@@ -170,57 +170,70 @@ attempt_result parse_whole(std::string_view body) {
     return {outcome::done, std::move(c), {}, {}};
 }
 
+} // namespace
+
+void append_chat_message(std::string& out, const chat_message& m) {
+    using namespace std::string_view_literals;
+    out += "{\"role\":"sv;
+    // The usual roles as they are written; literals appended with their lengths known.
+    if (m.role == "user")
+        out += "\"user\""sv;
+    else if (m.role == "assistant")
+        out += "\"assistant\""sv;
+    else if (m.role == "system")
+        out += "\"system\""sv;
+    else if (m.role == "tool")
+        out += "\"tool\""sv;
+    else
+        append_json_string(out, m.role);
+    out += ",\"content\":"sv;
+    if (m.content.empty() && !m.tool_calls.empty())
+        out += "null"sv;
+    else
+        append_json_string(out, m.content);
+    if (!m.tool_calls.empty()) {
+        out += ",\"tool_calls\":["sv;
+        for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
+            const auto& c = m.tool_calls[i];
+            out += i ? ",{\"id\":"sv : "{\"id\":"sv;
+            append_json_string(out, c.id);
+            out += ",\"type\":\"function\",\"function\":{\"name\":"sv;
+            append_json_string(out, c.name);
+            out += ",\"arguments\":"sv;
+            append_json_string(out, c.arguments);
+            out += "}}"sv;
+        }
+        out += ']';
+    }
+    if (m.role == "tool") {
+        out += ",\"tool_call_id\":"sv;
+        append_json_string(out, m.tool_call_id);
+    }
+    out += '}';
+}
+
+namespace {
+
 // The chat-completions request, written straight to text: a turn's whole context goes out on
-// every model call, so no JSON tree is built and torn down for it, literals are appended with
-// their lengths known and the usual roles as they are written.
+// every model call, so no JSON tree is built and torn down for it, and the messages the session's
+// context has already written (model_request::encoded) are copied, not written again.
 std::string request_body(const model_request& req, const model_config& cfg) {
     using namespace std::string_view_literals;
     std::string out;
     std::size_t estimate = 256;
-    for (const auto& m : req.messages)
-        estimate += m.content.size() + 48;
+    for (std::size_t i = 0; i < req.messages.size(); ++i)
+        estimate += i < req.encoded.size() && !req.encoded[i].empty() ? req.encoded[i].size() + 1
+                                                                       : req.messages[i].content.size() + 48;
     out.reserve(estimate);
     out += "{\"model\":"sv;
     append_json_string(out, req.model.empty() ? cfg.model : req.model);
     out += ",\"messages\":["sv;
-    bool first = true;
-    for (const auto& m : req.messages) {
-        out += first ? "{\"role\":"sv : ",{\"role\":"sv;
-        first = false;
-        if (m.role == "user")
-            out += "\"user\""sv;
-        else if (m.role == "assistant")
-            out += "\"assistant\""sv;
-        else if (m.role == "system")
-            out += "\"system\""sv;
-        else if (m.role == "tool")
-            out += "\"tool\""sv;
+    for (std::size_t i = 0; i < req.messages.size(); ++i) {
+        if (i) out += ',';
+        if (i < req.encoded.size() && !req.encoded[i].empty())
+            out += req.encoded[i];
         else
-            append_json_string(out, m.role);
-        out += ",\"content\":"sv;
-        if (m.content.empty() && !m.tool_calls.empty())
-            out += "null"sv;
-        else
-            append_json_string(out, m.content);
-        if (!m.tool_calls.empty()) {
-            out += ",\"tool_calls\":["sv;
-            for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
-                const auto& c = m.tool_calls[i];
-                out += i ? ",{\"id\":"sv : "{\"id\":"sv;
-                append_json_string(out, c.id);
-                out += ",\"type\":\"function\",\"function\":{\"name\":"sv;
-                append_json_string(out, c.name);
-                out += ",\"arguments\":"sv;
-                append_json_string(out, c.arguments);
-                out += "}}"sv;
-            }
-            out += ']';
-        }
-        if (m.role == "tool") {
-            out += ",\"tool_call_id\":"sv;
-            append_json_string(out, m.tool_call_id);
-        }
-        out += '}';
+            append_chat_message(out, req.messages[i]);
     }
     out += ']';
     if (!req.tools.empty()) {
@@ -342,6 +355,7 @@ public:
     }
 
     std::string name() const override { return "openai"; }
+    bool reads_encoded_messages() const override { return true; }
 
 private:
     http_headers request_headers() const {
