@@ -170,9 +170,8 @@ attempt_result parse_whole(std::string_view body) {
     return {outcome::done, std::move(c), {}, {}};
 }
 
-} // namespace
-
-void append_chat_message(std::string& out, const chat_message& m) {
+// append_chat_message's body, inlined into request_body's loop.
+inline void write_chat_message(std::string& out, const chat_message& m) {
     using namespace std::string_view_literals;
     out += "{\"role\":"sv;
     // The usual roles as they are written; literals appended with their lengths known.
@@ -212,6 +211,12 @@ void append_chat_message(std::string& out, const chat_message& m) {
     out += '}';
 }
 
+} // namespace
+
+void append_chat_message(std::string& out, const chat_message& m) {
+    write_chat_message(out, m);
+}
+
 namespace {
 
 // The chat-completions request, written straight to text: a turn's whole context goes out on
@@ -233,7 +238,7 @@ std::string request_body(const model_request& req, const model_config& cfg) {
         if (i < req.encoded.size() && !req.encoded[i].empty())
             out += req.encoded[i];
         else
-            append_chat_message(out, req.messages[i]);
+            write_chat_message(out, req.messages[i]);
     }
     out += ']';
     if (!req.tools.empty()) {
