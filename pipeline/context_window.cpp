@@ -98,7 +98,7 @@ void context_window::push(chat_message m, window_item it) {
     tokens += it.tokens;
     bytes_ += message_bytes(m) + it.json.capacity();
     messages.push_back(std::move(m));
-    items.push_back(it);
+    items.push_back(std::move(it));
     count(items.size() - 1, +1);
 }
 
@@ -132,7 +132,9 @@ void context_window::set_pinned(const std::string& agent_name, const std::vector
     if (same) return;
     std::vector<chat_message> rest_m(std::make_move_iterator(messages.begin() + static_cast<std::ptrdiff_t>(pinned)),
                                      std::make_move_iterator(messages.end()));
-    std::vector<window_item> rest_i(items.begin() + static_cast<std::ptrdiff_t>(pinned), items.end());
+    auto first_rest = items.begin() + static_cast<std::ptrdiff_t>(pinned);
+    std::vector<window_item> rest_i(std::make_move_iterator(first_rest),
+                                    std::make_move_iterator(items.end()));
     messages.clear();
     items.clear();
     tokens = 0;
@@ -144,7 +146,7 @@ void context_window::set_pinned(const std::string& agent_name, const std::vector
     agent = agent_name;
     tool_tokens = -1;
     for (std::size_t i = 0; i < rest_m.size(); ++i)
-        push(std::move(rest_m[i]), rest_i[i]);
+        push(std::move(rest_m[i]), std::move(rest_i[i]));
 }
 
 std::string_view context_window::summary() const {

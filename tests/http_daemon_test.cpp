@@ -190,7 +190,8 @@ BOOST_FIXTURE_TEST_CASE(a_request_sent_in_pieces_is_read_whole, daemon_fixture) 
     BOOST_TEST(c.request("GET", "/healthz").status == 200u);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_reply_larger_than_the_socket_buffers_reaches_a_slow_reader, wide_context_fixture) {
+BOOST_FIXTURE_TEST_CASE(a_reply_larger_than_the_socket_buffers_reaches_a_slow_reader,
+                        wide_context_fixture) {
     // 12 messages of 900 KB (and their echoes, cut to max_reply_bytes): a tape page of ~11 MB, more
     // than the kernel holds for a reader that does not read yet, so the daemon has to wait for the
     // socket to drain.

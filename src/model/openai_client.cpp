@@ -227,8 +227,9 @@ std::string request_body(const model_request& req, const model_config& cfg) {
     std::string out;
     std::size_t estimate = 256;
     for (std::size_t i = 0; i < req.messages.size(); ++i)
-        estimate += i < req.encoded.size() && !req.encoded[i].empty() ? req.encoded[i].size() + 1
-                                                                       : req.messages[i].content.size() + 48;
+        estimate += i < req.encoded.size() && !req.encoded[i].empty()
+                        ? req.encoded[i].size() + 1
+                        : req.messages[i].content.size() + 48;
     out.reserve(estimate);
     out += "{\"model\":"sv;
     append_json_string(out, req.model.empty() ? cfg.model : req.model);
