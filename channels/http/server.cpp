@@ -358,6 +358,9 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
                 std::shared_ptr<void> slot;
                 metrics_registry::connection_guard open;
             };
+            // Not an HTTP connection any more: uncounted before it counts as a WebSocket, so
+            // that no scrape sees it as both.
+            open = metrics_registry::connection_guard{};
             slot = std::make_shared<counted_slot>(counted_slot{
                 std::move(slot), self->metrics.open_connection(connection_kind::websocket)});
             auto ex = stream.get_executor();

@@ -170,8 +170,9 @@ attempt_result parse_whole(std::string_view body) {
     return {outcome::done, std::move(c), {}, {}};
 }
 
-// append_chat_message's body, inlined into request_body's loop.
-inline void write_chat_message(std::string& out, const chat_message& m) {
+} // namespace
+
+void append_chat_message(std::string& out, const chat_message& m) {
     using namespace std::string_view_literals;
     out += "{\"role\":"sv;
     // The usual roles as they are written; literals appended with their lengths known.
@@ -211,12 +212,6 @@ inline void write_chat_message(std::string& out, const chat_message& m) {
     out += '}';
 }
 
-} // namespace
-
-void append_chat_message(std::string& out, const chat_message& m) {
-    write_chat_message(out, m);
-}
-
 namespace {
 
 // The chat-completions request, written straight to text: a turn's whole context goes out on
@@ -225,21 +220,22 @@ namespace {
 std::string request_body(const model_request& req, const model_config& cfg) {
     using namespace std::string_view_literals;
     std::string out;
+    auto written = [&req](std::size_t i) {
+        return i < req.encoded.size() ? req.encoded[i] : std::string_view{};
+    };
     std::size_t estimate = 256;
     for (std::size_t i = 0; i < req.messages.size(); ++i)
-        estimate += i < req.encoded.size() && !req.encoded[i].empty()
-                        ? req.encoded[i].size() + 1
-                        : req.messages[i].content.size() + 48;
+        estimate += written(i).empty() ? req.messages[i].content.size() + 48 : written(i).size() + 1;
     out.reserve(estimate);
     out += "{\"model\":"sv;
     append_json_string(out, req.model.empty() ? cfg.model : req.model);
     out += ",\"messages\":["sv;
     for (std::size_t i = 0; i < req.messages.size(); ++i) {
         if (i) out += ',';
-        if (i < req.encoded.size() && !req.encoded[i].empty())
-            out += req.encoded[i];
+        if (auto json = written(i); !json.empty())
+            out += json;
         else
-            write_chat_message(out, req.messages[i]);
+            append_chat_message(out, req.messages[i]);
     }
     out += ']';
     if (!req.tools.empty()) {
