@@ -484,6 +484,14 @@ asio::awaitable<std::optional<turn_record>> runtime::get_turn(std::string turn_i
     co_return co_await fw_.db().run(std::move(get));
 }
 
+asio::awaitable<std::optional<std::string>> runtime::turn_json(std::string turn_id) {
+    std::string out;
+    if (impl_->turns.append_json(turn_id, out)) co_return out;
+    auto rec = co_await get_turn(std::move(turn_id));
+    if (!rec) co_return std::nullopt;
+    co_return baton::turn_json(*rec);
+}
+
 asio::awaitable<std::optional<session_view>> runtime::get_session(std::string session_id) {
     auto get = [sid = session_id](store& s) { return s.get_session(sid); };
     auto rec = co_await fw_.db().run(std::move(get));

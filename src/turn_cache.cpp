@@ -50,4 +50,12 @@ std::optional<turn_record> turn_cache::find(const std::string& turn_id) const {
     return it->second;
 }
 
+bool turn_cache::append_json(const std::string& turn_id, std::string& out) const {
+    std::lock_guard lock(mutex_);
+    auto it = records_.find(turn_id);
+    if (it == records_.end()) return false;
+    append_turn_json(out, it->second);
+    return true;
+}
+
 } // namespace baton::detail

@@ -1,4 +1,7 @@
 #include <baton/types.hpp>
+#include <baton/json_text.hpp>
+
+#include <boost/json/parse.hpp>
 
 #include <array>
 #include <atomic>
@@ -55,10 +58,6 @@ constexpr std::array<std::string_view, 7> status_names{"queued", "running",   "c
                                                        "failed", "timed_out", "step_limit"};
 constexpr std::array<std::string_view, 6> kind_names{"message", "tool_call", "tool_result",
                                                      "anchor",  "event",     "error"};
-
-json::value optional_time(const std::optional<time_ms>& t) {
-    return t ? json::value(format_time(*t)) : json::value(nullptr);
-}
 } // namespace
 
 std::string_view to_string(turn_status s) {
@@ -88,24 +87,66 @@ json::object finished_event_data(const turn_record& t) {
     return o;
 }
 
-json::object to_json(const turn_record& t) {
-    json::object o;
-    o["turn_id"] = t.turn_id;
-    o["session_id"] = t.session_id;
-    o["agent"] = t.agent;
-    o["status"] = to_string(t.status);
-    o["reply"] = t.reply ? json::value(*t.reply) : json::value(nullptr);
-    o["steps"] = t.steps;
-    o["usage"] = {{"prompt_tokens", t.usage.prompt_tokens},
-                  {"completion_tokens", t.usage.completion_tokens}};
-    if (t.error)
-        o["error"] = {{"code", t.error->code}, {"message", t.error->message}};
+void append_turn_json(std::string& out, const turn_record& t) {
+    using namespace std::string_view_literals;
+    auto time = [&out](time_ms ms) {
+        out += '"';
+        out += format_time(ms);
+        out += '"';
+    };
+    auto optional = [&](const std::optional<time_ms>& ms) {
+        if (ms)
+            time(*ms);
+        else
+            out += "null"sv;
+    };
+    out += R"({"turn_id":)"sv;
+    append_json_string(out, t.turn_id);
+    out += R"(,"session_id":)"sv;
+    append_json_string(out, t.session_id);
+    out += R"(,"agent":)"sv;
+    append_json_string(out, t.agent);
+    out += R"(,"status":")"sv;
+    out += to_string(t.status);
+    out += R"(","reply":)"sv;
+    if (t.reply)
+        append_json_string(out, *t.reply);
     else
-        o["error"] = nullptr;
-    o["created_at"] = format_time(t.created_at);
-    o["started_at"] = optional_time(t.started_at);
-    o["finished_at"] = optional_time(t.finished_at);
-    return o;
+        out += "null"sv;
+    out += R"(,"steps":)"sv;
+    out += std::to_string(t.steps);
+    out += R"(,"usage":{"prompt_tokens":)"sv;
+    out += std::to_string(t.usage.prompt_tokens);
+    out += R"(,"completion_tokens":)"sv;
+    out += std::to_string(t.usage.completion_tokens);
+    out += R"(},"error":)"sv;
+    if (t.error) {
+        out += R"({"code":)"sv;
+        append_json_string(out, t.error->code);
+        out += R"(,"message":)"sv;
+        append_json_string(out, t.error->message);
+        out += '}';
+    } else {
+        out += "null"sv;
+    }
+    out += R"(,"created_at":)"sv;
+    time(t.created_at);
+    out += R"(,"started_at":)"sv;
+    optional(t.started_at);
+    out += R"(,"finished_at":)"sv;
+    optional(t.finished_at);
+    out += '}';
+}
+
+std::string turn_json(const turn_record& t) {
+    std::string out;
+    out.reserve(256 + t.turn_id.size() + t.session_id.size() + (t.reply ? t.reply->size() : 0));
+    append_turn_json(out, t);
+    return out;
+}
+
+json::object to_json(const turn_record& t) {
+    return json::parse(turn_json(t)).as_object();
 }
 
 json::object to_json(const tape_entry& e) {

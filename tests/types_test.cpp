@@ -88,4 +88,55 @@ BOOST_AUTO_TEST_CASE(json_text_parses_back_to_the_same_value) {
     }
 }
 
+// The turn record's JSON (GET /v1/turns/{tid}) has exactly the fields and order of API.md's
+// "Turn record", whatever is set.
+BOOST_AUTO_TEST_CASE(turn_json_is_the_turn_record_of_the_api) {
+    auto expected = [](const turn_record& t) {
+        auto when = [](const std::optional<time_ms>& ms) {
+            return ms ? json::value(format_time(*ms)) : json::value(nullptr);
+        };
+        json::object o;
+        o["turn_id"] = t.turn_id;
+        o["session_id"] = t.session_id;
+        o["agent"] = t.agent;
+        o["status"] = to_string(t.status);
+        o["reply"] = t.reply ? json::value(*t.reply) : json::value(nullptr);
+        o["steps"] = t.steps;
+        o["usage"] = {{"prompt_tokens", t.usage.prompt_tokens},
+                      {"completion_tokens", t.usage.completion_tokens}};
+        o["error"] = t.error ? json::value{{"code", t.error->code}, {"message", t.error->message}}
+                             : json::value(nullptr);
+        o["created_at"] = format_time(t.created_at);
+        o["started_at"] = when(t.started_at);
+        o["finished_at"] = when(t.finished_at);
+        return o;
+    };
+    turn_record queued;
+    queued.turn_id = "t_0123456789abcdef";
+    queued.session_id = "s \"quoted\"\n";
+    queued.created_at = 1764547200123;
+    queued.input.text = "not part of the record";
+    turn_record done = queued;
+    done.agent = "support";
+    done.status = turn_status::completed;
+    done.reply = std::string("r\xc3\xa9ply \x01 with \\ and a long tail ") + std::string(300, 'x');
+    done.steps = 3;
+    done.usage = {9223372036854775807LL, -1};
+    done.started_at = 1764547200456;
+    done.finished_at = 1764547201789;
+    turn_record failed = done;
+    failed.status = turn_status::failed;
+    failed.reply.reset();
+    failed.error = error_info{"model_error", "upstream said \"no\"\t(500)"};
+    for (const auto* t : {&queued, &done, &failed}) {
+        auto text = turn_json(*t);
+        BOOST_TEST(text == json::serialize(expected(*t)));
+        BOOST_TEST(json::parse(text) == json::value(expected(*t)));
+        BOOST_TEST(to_json(*t) == expected(*t));
+        std::string appended = "prefix";
+        append_turn_json(appended, *t);
+        BOOST_TEST(appended == "prefix" + text);
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

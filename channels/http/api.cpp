@@ -180,9 +180,12 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
 
 asio::awaitable<reply> api::get_turn(const std::string& tid) {
     if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
-    auto rec = co_await rt_.get_turn(tid);
-    if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
-    co_return json_reply(200, to_json(*rec));
+    auto text = co_await rt_.turn_json(tid);
+    if (!text) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    reply r;
+    r.status = 200;
+    r.body = std::move(*text);
+    co_return r;
 }
 
 asio::awaitable<reply> api::cancel_turn(const std::string& tid) {

@@ -60,7 +60,10 @@ struct turn_record {
     turn_input input;
 };
 
-// The public JSON of a turn record (API.md "Turn record").
+// The public JSON of a turn record (API.md "Turn record"), written as text: what a poll answers.
+void append_turn_json(std::string& out, const turn_record& t);
+std::string turn_json(const turn_record& t);
+// The same, as a JSON object.
 json::object to_json(const turn_record& t);
 // The data of its turn.finished event: {status, reply, error (when set)}.
 json::object finished_event_data(const turn_record& t);

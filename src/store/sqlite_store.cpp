@@ -145,8 +145,8 @@ struct statements {
     statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
     statement ensure_session, tape_next, append_tape, update_session;
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
-    statement add_outbox, update_outbox, get_outbox, list_outbox, open_outbox;
-    statement get_cursor, set_cursor;
+    statement add_outbox, update_outbox, get_cursor, set_cursor;
+    statement get_outbox, list_outbox, open_outbox;
     statement count_outbox;
 };
 
