@@ -12,7 +12,7 @@
 
 namespace {
 
-constexpr const char* version = "0.1.0";
+constexpr const char* version = BATON_VERSION;
 
 const char* usage_text = R"(usage: baton <command> [options]
 

@@ -9,7 +9,7 @@ namespace baton {
 namespace {
 constexpr auto relaxed = std::memory_order_relaxed;
 // As `baton --version` prints it (src/main.cpp; the metrics suite checks that they agree).
-constexpr std::string_view build_version = "0.1.0";
+constexpr std::string_view build_version = BATON_VERSION;
 
 constexpr std::array<std::string_view, turn_stage_count> stage_names{
     "resolve_session", "load_state",      "build_prompt",     "run_model",
