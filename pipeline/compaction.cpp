@@ -77,7 +77,8 @@ void record(const compaction_job& job, int stage, std::int64_t before, std::int6
 // The model's summary of the span, or nullopt when it failed or said nothing.
 asio::awaitable<std::optional<std::string>> model_summary(const baton::agent& ag,
                                                           std::vector<std::string> lines,
-                                                          std::int64_t cap, std::int64_t room) {
+                                                          std::int64_t cap, std::int64_t room,
+                                                          metrics_registry* metrics) {
     // The transcript keeps the earlier summary (at most a third of the room) and the newest lines
     // within what the request may hold; lines in between that do not fit stay in the tape only.
     std::string transcript;
@@ -112,8 +113,12 @@ asio::awaitable<std::optional<std::string>> model_summary(const baton::agent& ag
          {},
          {}});
     req.messages.push_back({"user", std::move(transcript), {}, {}});
+    // A model call like the agent loop's (metrics: baton_model_call_duration_seconds).
+    std::optional<metrics_registry::call_timer> timer;
+    if (metrics) timer.emplace(*metrics);
     try {
         auto c = co_await ag.model->complete(req, [](std::string_view) {});
+        if (timer) timer->ok();
         if (c.text.empty()) co_return std::nullopt;
         co_return clip_tokens(c.text, cap);
     } catch (const boost::system::system_error& e) {
@@ -129,7 +134,7 @@ asio::awaitable<std::pair<std::string, bool>> summarize(const compaction_job& jo
                                                         std::int64_t cap, std::int64_t room) {
     if (cap <= 0) co_return std::pair<std::string, bool>{};
     auto lines = transcript_lines(w.messages, w.items, from, to, 2000);
-    if (auto s = co_await model_summary(*job.agent, std::move(lines), cap, room))
+    if (auto s = co_await model_summary(*job.agent, std::move(lines), cap, room, job.metrics))
         co_return std::pair{std::move(*s), true};
     co_return std::pair{extractive_summary(w.messages, w.items, from, to, cap), false};
 }

@@ -41,6 +41,7 @@ struct compaction_job {
     std::int64_t extra_tokens = 0; // the new message(s) and tool schemas, estimated
     compaction_trigger trigger = compaction_trigger::turn;
     turn_context* turn = nullptr; // for `compaction` turn events; null when idle
+    metrics_registry* metrics = nullptr; // where the summary call is counted (model calls)
 };
 
 // Runs the stages the estimate calls for on `w` (its messages present), appending the entries

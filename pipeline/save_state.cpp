@@ -60,13 +60,14 @@ asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_co
 }
 
 asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,
-                                   const std::string& session_id) {
+                                   const std::string& session_id, metrics_registry& metrics) {
     json::object state;
     auto w = cache.lend(session_id, state);
     if (!w) co_return; // not in memory (evicted, or a turn failed): the next turn compacts
     std::vector<tape_entry> entries;
     try {
-        co_await compact({&ag, std::max<std::int64_t>(w->tool_tokens, 0), compaction_trigger::idle, nullptr},
+        co_await compact({&ag, std::max<std::int64_t>(w->tool_tokens, 0), compaction_trigger::idle,
+                          nullptr, &metrics},
                          *w, entries);
         if (!entries.empty()) {
             state_update u;

@@ -22,7 +22,7 @@ framework::~framework() = default;
 asio::awaitable<void> framework::compact_session(std::string session_id, std::string agent) {
     const baton::agent* a = find_agent(agent);
     if (!a) co_return;
-    co_await pipeline::compact_idle(db_, *cache_, *a, session_id);
+    co_await pipeline::compact_idle(db_, *cache_, *a, session_id, metrics());
 }
 
 asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {

@@ -52,6 +52,26 @@ turn_result turn_past_t3_expecting_an_extract(context_daemon& c, const std::stri
     return t;
 }
 
+// The model calls GET /metrics counted with `outcome` (baton_model_call_duration_seconds).
+std::int64_t model_calls_counted(context_daemon& c, std::string_view outcome) {
+    auto r = c.d.request("GET", "/metrics");
+    const std::string key =
+        "\nbaton_model_call_duration_seconds_count{outcome=\"" + std::string(outcome) + "\"} ";
+    auto at = r.body.find(key);
+    if (r.status != 200 || at == std::string::npos) return -1;
+    return std::stoll(r.body.substr(at + key.size()));
+}
+
+// Every request the fake model answered is one model call in /metrics, summary calls included:
+// `ok` those it answered, `error` the rest.
+void check_model_calls_counted(context_daemon& c, std::int64_t errors) {
+    const auto answered = static_cast<std::int64_t>(c.d.model.requests().size()) - errors;
+    BOOST_TEST(eventually([&] { return model_calls_counted(c, "ok") == answered; },
+                          std::chrono::milliseconds(5000)),
+               "ok calls counted: " << model_calls_counted(c, "ok") << ", answered: " << answered);
+    BOOST_TEST(model_calls_counted(c, "error") == errors);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(compaction_daemon)
@@ -204,6 +224,7 @@ BOOST_AUTO_TEST_CASE(crossing_t3_summarizes_older_messages_through_the_model_int
     BOOST_TEST(string_at(msgs.back().as_object(), "content") == next);
     BOOST_TEST(prompt_tokens_of(req->body) < c.threshold(3));
     c.check_every_request_fits();
+    check_model_calls_counted(c, 0);
 }
 
 BOOST_AUTO_TEST_CASE(when_a_summary_leaves_the_context_over_t3_a_handoff_keeps_nothing_verbatim) {
@@ -263,6 +284,7 @@ BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_tur
     BOOST_TEST_REQUIRE(msgs.size() >= pinned + 2);
     BOOST_TEST(string_at(msgs[pinned].as_object(), "content").find(extract_prefix) != std::string::npos);
     c.check_every_request_fits();
+    check_model_calls_counted(c, 1); // the summary call that failed
 }
 
 BOOST_AUTO_TEST_CASE(a_summary_call_failing_with_500s_falls_back_to_an_extract_after_the_retries) {
