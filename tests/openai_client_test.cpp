@@ -276,10 +276,26 @@ BOOST_FIXTURE_TEST_CASE(retry_after_is_capped_and_retry_after_ms_preferred, open
 }
 
 BOOST_FIXTURE_TEST_CASE(server_error_then_success, openai_fixture) {
-    server.push(fake_reply::error(500, "boom"));
-    server.push(fake_reply::completion("recovered"));
-    BOOST_TEST(complete().text == "recovered");
-    BOOST_TEST(server.requests().size() == 2u);
+    // Each try sends the same request (the body is lent to the client, not moved into it), streamed
+    // or not, with its Content-Length.
+    for (bool stream : {false, true}) {
+        cfg.stream = stream;
+        server.push(fake_reply::error(500, "boom"));
+        server.push(fake_reply::error(503, "still booming"));
+        server.push(stream ? fake_reply::stream_text({"recov", "ered"})
+                           : fake_reply::completion("recovered"));
+        BOOST_TEST(complete(user(std::string(70000, 'x'))).text == "recovered");
+        auto reqs = server.requests();
+        BOOST_TEST_REQUIRE(reqs.size() == (stream ? 6u : 3u));
+        const auto& first = reqs[reqs.size() - 3];
+        BOOST_TEST(first.body.is_object());
+        BOOST_TEST(contains(json::serialize(first.body), std::string(70000, 'x')));
+        for (std::size_t i = reqs.size() - 2; i < reqs.size(); ++i) {
+            BOOST_TEST(reqs[i].body == first.body);
+            BOOST_TEST(reqs[i].header("Content-Length").value_or("") ==
+                       first.header("Content-Length").value_or("?"));
+        }
+    }
 }
 
 BOOST_FIXTURE_TEST_CASE(server_error_forever_ends_in_model_error, openai_fixture) {

@@ -40,6 +40,13 @@ struct http_response {
 
 using http_headers = std::vector<std::pair<std::string, std::string>>;
 
+// A request body the caller keeps and the client only reads: it must stay valid until the call
+// completes. For a body sent more than once (a caller's own retries) without a copy per try.
+struct borrowed_body {
+    explicit borrowed_body(std::string_view t) : text(t) {} // explicit: `{}` stays an empty string
+    std::string_view text;
+};
+
 // Thread-safe: any number of coroutines, on any executors, may share one client. Each connection
 // has its own strand, on which every operation on it runs.
 class http_client {
@@ -69,6 +76,15 @@ public:
     // Cancellation: as request(); pieces already delivered stay delivered.
     boost::asio::awaitable<std::pair<boost::system::error_code, http_response>>
     stream(std::string method, std::string url, http_headers headers, std::string body,
+           std::chrono::milliseconds timeout, std::function<void(const http_response& head)> on_head,
+           std::function<void(std::string_view piece)> on_body);
+
+    // The same two, with a body the caller keeps (see borrowed_body).
+    boost::asio::awaitable<std::pair<boost::system::error_code, http_response>>
+    request(std::string method, std::string url, http_headers headers, borrowed_body body,
+            std::chrono::milliseconds timeout);
+    boost::asio::awaitable<std::pair<boost::system::error_code, http_response>>
+    stream(std::string method, std::string url, http_headers headers, borrowed_body body,
            std::chrono::milliseconds timeout, std::function<void(const http_response& head)> on_head,
            std::function<void(std::string_view piece)> on_body);
 

@@ -78,9 +78,12 @@ boost::system::result<target> parse_target(std::string_view url) {
     return t;
 }
 
-bhttp::request<bhttp::string_body> make_request(const std::string& method, const target& t,
-                                                http_headers headers, std::string body) {
-    bhttp::request<bhttp::string_body> req;
+// The body is the caller's (or run()'s own copy): the request only points at it.
+using outgoing_request = bhttp::request<bhttp::span_body<const char>>;
+
+outgoing_request make_request(const std::string& method, const target& t, http_headers headers,
+                              std::string_view body) {
+    outgoing_request req;
     auto verb = bhttp::string_to_verb(method);
     if (verb == bhttp::verb::unknown)
         req.method_string(method);
@@ -95,7 +98,7 @@ bhttp::request<bhttp::string_body> make_request(const std::string& method, const
         else
             req.insert(name, value);
     }
-    req.body() = std::move(body);
+    req.body() = bhttp::span_body<const char>::value_type(body.data(), body.size());
     req.prepare_payload();
     return req;
 }
@@ -176,7 +179,7 @@ resolve(asio::any_io_executor strand, std::string host, std::uint16_t port,
 // The body of the response is read piece by piece into `piece`, each piece handed to on_body (or
 // appended to out.body when there is none); everything is bounded by `deadline`.
 template <class Stream>
-asio::awaitable<void> exchange(Stream& s, connection& c, bhttp::request<bhttp::string_body>& req,
+asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
                                clock_type::time_point deadline, http_response& out,
                                const head_fn& on_head, const body_fn& on_body, exchange_state& st) {
     c.tcp().expires_at(deadline);
@@ -298,13 +301,14 @@ struct http_client::impl {
          clock_type::time_point deadline);
 
     static asio::awaitable<attempt_result>
-    attempt(std::shared_ptr<impl> self, const target& t, bhttp::request<bhttp::string_body>& req,
+    attempt(std::shared_ptr<impl> self, const target& t, outgoing_request& req,
             clock_type::time_point deadline, std::unique_ptr<connection> conn,
             asio::any_io_executor strand, const head_fn& on_head, const body_fn& on_body);
 
     static asio::awaitable<std::pair<error_code, http_response>>
     run(std::shared_ptr<impl> self, std::string method, std::string url, http_headers headers,
-        std::string body, std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body);
+        std::string owned, std::string_view body, std::chrono::milliseconds timeout, head_fn on_head,
+        body_fn on_body);
 };
 
 // Connects (and for https, handshakes) a new connection on `strand`, within the connect timeout.
@@ -357,7 +361,7 @@ http_client::impl::open(std::shared_ptr<impl> self, const target& t, asio::any_i
 // caller runs on. Cancellation: co_spawn forwards the caller's, dispatched onto the strand.
 asio::awaitable<attempt_result>
 http_client::impl::attempt(std::shared_ptr<impl> self, const target& t,
-                           bhttp::request<bhttp::string_body>& req, clock_type::time_point deadline,
+                           outgoing_request& req, clock_type::time_point deadline,
                            std::unique_ptr<connection> conn, asio::any_io_executor strand,
                            const head_fn& on_head, const body_fn& on_body) {
     attempt_result r;
@@ -382,14 +386,15 @@ http_client::impl::attempt(std::shared_ptr<impl> self, const target& t,
 }
 
 asio::awaitable<std::pair<error_code, http_response>>
+// The body sent is `owned` (kept in this frame) when `body` is null, else `body` (the caller's).
 http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::string url,
-                       http_headers headers, std::string body, std::chrono::milliseconds timeout,
-                       head_fn on_head, body_fn on_body) {
+                       http_headers headers, std::string owned, std::string_view body,
+                       std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body) {
     using result = std::pair<error_code, http_response>;
     const auto deadline = clock_type::now() + timeout;
     auto t = parse_target(url);
     if (!t) co_return result{t.error(), {}};
-    auto req = make_request(method, *t, std::move(headers), std::move(body));
+    auto req = make_request(method, *t, std::move(headers), body.data() ? body : owned);
 
     for (int n = 0;; ++n) {
         auto conn = n == 0 ? self->take(t->key) : nullptr;
@@ -426,7 +431,15 @@ asio::awaitable<std::pair<error_code, http_response>>
 http_client::request(std::string method, std::string url, http_headers headers, std::string body,
                      std::chrono::milliseconds timeout) {
     return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
-                     timeout, nullptr, nullptr);
+                     {}, timeout, nullptr, nullptr);
+}
+
+asio::awaitable<std::pair<error_code, http_response>>
+http_client::request(std::string method, std::string url, http_headers headers, borrowed_body body,
+                     std::chrono::milliseconds timeout) {
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {},
+                     body.text.data() ? body.text : std::string_view("", 0), timeout, nullptr,
+                     nullptr);
 }
 
 asio::awaitable<std::pair<error_code, http_response>>
@@ -434,7 +447,16 @@ http_client::stream(std::string method, std::string url, http_headers headers, s
                     std::chrono::milliseconds timeout, std::function<void(const http_response&)> on_head,
                     std::function<void(std::string_view)> on_body) {
     return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
-                     timeout, std::move(on_head), std::move(on_body));
+                     {}, timeout, std::move(on_head), std::move(on_body));
+}
+
+asio::awaitable<std::pair<error_code, http_response>>
+http_client::stream(std::string method, std::string url, http_headers headers, borrowed_body body,
+                    std::chrono::milliseconds timeout, std::function<void(const http_response&)> on_head,
+                    std::function<void(std::string_view)> on_body) {
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {},
+                     body.text.data() ? body.text : std::string_view("", 0), timeout,
+                     std::move(on_head), std::move(on_body));
 }
 
 std::size_t http_client::idle_connections() const {

@@ -372,11 +372,12 @@ private:
     std::string transport_failure(const error_code& ec) const { return url_ + ": " + ec.message(); }
 
     // Cancellation: http_client returns operation_aborted, rethrown here as system_error.
-    asio::awaitable<attempt_result> attempt_whole(std::string body, http_headers headers,
+    // `body` is complete()'s, kept for every attempt: lent to the client, not copied.
+    asio::awaitable<attempt_result> attempt_whole(const std::string& body, http_headers headers,
                                                   const delta_handler& on_delta) {
         std::string method = "POST";
-        auto [ec, resp] =
-            co_await http_->request(method, url_, std::move(headers), std::move(body), cfg_.timeout);
+        auto [ec, resp] = co_await http_->request(method, url_, std::move(headers),
+                                                  borrowed_body{body}, cfg_.timeout);
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
         if (ec) co_return failed(outcome::retry, transport_failure(ec));
         if (resp.status != 200) co_return status_failure(resp, resp.body);
@@ -387,7 +388,7 @@ private:
     }
 
     // Cancellation: as attempt_whole.
-    asio::awaitable<attempt_result> attempt_stream(std::string body, http_headers headers,
+    asio::awaitable<attempt_result> attempt_stream(const std::string& body, http_headers headers,
                                                    const delta_handler& on_delta) {
         stream_state st(on_delta);
         std::function<void(const http_response&)> on_head = [&st](const http_response& h) {
@@ -395,8 +396,8 @@ private:
         };
         std::function<void(std::string_view)> on_body = [&st](std::string_view p) { st.piece(p); };
         std::string method = "POST";
-        auto [ec, head] = co_await http_->stream(method, url_, std::move(headers), std::move(body),
-                                                 cfg_.timeout, on_head, on_body);
+        auto [ec, head] = co_await http_->stream(method, url_, std::move(headers),
+                                                 borrowed_body{body}, cfg_.timeout, on_head, on_body);
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
         // Everything arrived: a connection lost after [DONE] costs nothing.
         if (st.done && st.error.empty())
