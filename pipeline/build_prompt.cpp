@@ -52,8 +52,8 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
         w->messages = std::move(ctx.history);
         ctx.history.clear();
         // Compaction's entries come before the message: they describe the context it joins.
-        co_await compact({ctx.agent, extra, compaction_trigger::turn, &ctx, &ctx.framework->metrics()}, *w,
-                         ctx.new_entries);
+        co_await compact({ctx.agent, extra, compaction_trigger::turn, &ctx, &ctx.framework->metrics()},
+                         *w, ctx.new_entries);
         ctx.new_entries.push_back(make_message("user", text));
         p.messages = std::exchange(w->messages, {});
         p.lent = p.messages.size();

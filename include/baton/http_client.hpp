@@ -43,7 +43,8 @@ using http_headers = std::vector<std::pair<std::string, std::string>>;
 // A request body the caller keeps and the client only reads: it must stay valid until the call
 // completes. For a body sent more than once (a caller's own retries) without a copy per try.
 struct borrowed_body {
-    explicit borrowed_body(std::string_view t) : text(t) {} // explicit: `{}` stays an empty string
+    // Explicit: `{}` stays an empty string. Never null: an empty view still points somewhere.
+    explicit borrowed_body(std::string_view t) : text(t.data() ? t : std::string_view("", 0)) {}
     std::string_view text;
 };
 

@@ -360,10 +360,10 @@ http_client::impl::open(std::shared_ptr<impl> self, const target& t, asio::any_i
 // Beast's tcp_stream wants its I/O and its timeout handler on one strand, whatever thread the
 // caller runs on. Cancellation: co_spawn forwards the caller's, dispatched onto the strand.
 asio::awaitable<attempt_result>
-http_client::impl::attempt(std::shared_ptr<impl> self, const target& t,
-                           outgoing_request& req, clock_type::time_point deadline,
-                           std::unique_ptr<connection> conn, asio::any_io_executor strand,
-                           const head_fn& on_head, const body_fn& on_body) {
+http_client::impl::attempt(std::shared_ptr<impl> self, const target& t, outgoing_request& req,
+                           clock_type::time_point deadline, std::unique_ptr<connection> conn,
+                           asio::any_io_executor strand, const head_fn& on_head,
+                           const body_fn& on_body) {
     attempt_result r;
     try {
         if (!conn) {
@@ -385,8 +385,9 @@ http_client::impl::attempt(std::shared_ptr<impl> self, const target& t,
     co_return r;
 }
 
+// The body sent is `owned` (kept in this frame) when `body` is null, else `body` (the caller's,
+// from a borrowed_body, which is never null).
 asio::awaitable<std::pair<error_code, http_response>>
-// The body sent is `owned` (kept in this frame) when `body` is null, else `body` (the caller's).
 http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::string url,
                        http_headers headers, std::string owned, std::string_view body,
                        std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body) {
@@ -437,9 +438,8 @@ http_client::request(std::string method, std::string url, http_headers headers, 
 asio::awaitable<std::pair<error_code, http_response>>
 http_client::request(std::string method, std::string url, http_headers headers, borrowed_body body,
                      std::chrono::milliseconds timeout) {
-    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {},
-                     body.text.data() ? body.text : std::string_view("", 0), timeout, nullptr,
-                     nullptr);
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {}, body.text,
+                     timeout, nullptr, nullptr);
 }
 
 asio::awaitable<std::pair<error_code, http_response>>
@@ -454,9 +454,8 @@ asio::awaitable<std::pair<error_code, http_response>>
 http_client::stream(std::string method, std::string url, http_headers headers, borrowed_body body,
                     std::chrono::milliseconds timeout, std::function<void(const http_response&)> on_head,
                     std::function<void(std::string_view)> on_body) {
-    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {},
-                     body.text.data() ? body.text : std::string_view("", 0), timeout,
-                     std::move(on_head), std::move(on_body));
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), {}, body.text,
+                     timeout, std::move(on_head), std::move(on_body));
 }
 
 std::size_t http_client::idle_connections() const {
