@@ -68,21 +68,23 @@ std::string tool_output_preview(std::string_view output, std::string_view where)
 }
 
 std::size_t context_window::item_bytes(std::size_t i) const {
-    return message_bytes(messages[i]) + items[i].json.capacity();
+    return message_bytes(messages[i]);
 }
 
-void context_window::encode(const std::vector<chat_message>& lent, std::vector<std::string_view>& out) {
-    out.clear();
-    if (lent.size() < items.size()) return;
-    out.reserve(items.size());
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        auto& json = items[i].json;
-        if (json.empty()) {
-            append_chat_message(json, lent[i]);
-            bytes_ += json.capacity();
-        }
-        out.emplace_back(json);
+void context_window::forget_json_from(std::size_t i) {
+    if (i >= starts_.size()) return;
+    encoded_.resize(i == 0 ? 0 : starts_[i] - 1); // and the comma before it
+    starts_.resize(i);
+}
+
+std::string_view context_window::encode(const std::vector<chat_message>& lent) {
+    if (lent.size() < items.size()) return {};
+    for (std::size_t i = starts_.size(); i < items.size(); ++i) {
+        if (i) encoded_ += ',';
+        starts_.push_back(encoded_.size());
+        append_chat_message(encoded_, lent[i]);
     }
+    return encoded_;
 }
 
 void context_window::count(std::size_t i, int sign) {
@@ -96,16 +98,16 @@ void context_window::count(std::size_t i, int sign) {
 void context_window::push(chat_message m, window_item it) {
     it.tokens = estimate_tokens(m);
     tokens += it.tokens;
-    bytes_ += message_bytes(m) + it.json.capacity();
+    bytes_ += message_bytes(m);
     messages.push_back(std::move(m));
     items.push_back(std::move(it));
     count(items.size() - 1, +1);
 }
 
 void context_window::recount(std::size_t i) {
-    // The message changed: its JSON is written again when next needed.
-    bytes_ -= std::min(bytes_, items[i].json.capacity());
-    std::string().swap(items[i].json);
+    // The message changed: its JSON (and that of the items after it) is written again when
+    // next needed.
+    forget_json_from(i);
     tokens -= items[i].tokens;
     items[i].tokens = estimate_tokens(messages[i]);
     tokens += items[i].tokens;
@@ -114,6 +116,7 @@ void context_window::recount(std::size_t i) {
 void context_window::erase_if_not_pinned(std::size_t from, std::size_t to) {
     from = std::max(from, pinned);
     if (from >= to) return;
+    forget_json_from(from);
     for (std::size_t i = from; i < to; ++i) {
         tokens -= items[i].tokens;
         bytes_ -= std::min(bytes_, item_bytes(i));
@@ -130,6 +133,7 @@ void context_window::set_pinned(const std::string& agent_name, const std::vector
     for (std::size_t i = 0; same && i < pinned; ++i)
         same = messages[i].content == blocks[i];
     if (same) return;
+    forget_json_from(0);
     std::vector<chat_message> rest_m(std::make_move_iterator(messages.begin() + static_cast<std::ptrdiff_t>(pinned)),
                                      std::make_move_iterator(messages.end()));
     auto first_rest = items.begin() + static_cast<std::ptrdiff_t>(pinned);
@@ -241,6 +245,7 @@ void context_window::take_anchor(const json::object& payload, std::int64_t id) {
     window_item it{id, estimate_tokens(m), item_kind::summary, false};
     tokens += it.tokens;
     bytes_ += message_bytes(m);
+    forget_json_from(pinned);
     messages.insert(messages.begin() + static_cast<std::ptrdiff_t>(pinned), std::move(m));
     items.insert(items.begin() + static_cast<std::ptrdiff_t>(pinned), it);
 }
@@ -267,6 +272,7 @@ void context_window::drop_rounds(std::int64_t through) {
         bool old = it.id <= through;
         if (old && (it.kind == item_kind::tool_result || it.kind == item_kind::tool_calls)) count(i, -1);
         if (old && it.kind == item_kind::tool_result) {
+            forget_json_from(i);
             tokens -= it.tokens;
             bytes_ -= std::min(bytes_, item_bytes(i));
             continue;
@@ -274,6 +280,7 @@ void context_window::drop_rounds(std::int64_t through) {
         if (old && it.kind == item_kind::tool_calls) {
             // An assistant text that asked for tools keeps its text.
             if (messages[i].content.empty()) {
+                forget_json_from(i);
                 tokens -= it.tokens;
                 bytes_ -= std::min(bytes_, item_bytes(i));
                 continue;

@@ -43,9 +43,6 @@ struct window_item {
     std::int64_t tokens = 0;
     item_kind kind = item_kind::message;
     bool trimmed = false;
-    // The message as a chat-completions object (append_chat_message), written on first use by a
-    // model client that reads it; emptied whenever the message changes.
-    std::string json = {};
 };
 
 class context_window {
@@ -70,7 +67,10 @@ public:
     void apply(const tape_entry& e);
     // The summary's text, or empty.
     std::string_view summary() const;
-    std::size_t bytes() const { return bytes_; }
+    // What the messages, their items and their kept JSON take (for the cache's bound).
+    std::size_t bytes() const {
+        return bytes_ + encoded_.capacity() + starts_.capacity() * sizeof(std::size_t);
+    }
 
     // Stage helpers for the planner: how much stage 1 or 2 would change, without changing.
     bool has_trimmable_outputs() const { return trimmable_ > 0; }
@@ -79,10 +79,12 @@ public:
     // Learns from a model call: `reported` prompt tokens for a request we estimated at `estimated`.
     void learn(std::int64_t reported, std::int64_t estimated);
 
-    // Writes the JSON of the items that have none from `lent` (the window's messages, lent to a
-    // request) and points `out` (model_request::encoded) at every item's. Leaves `out` empty when
-    // `lent` is shorter than the window (it was not handed over whole).
-    void encode(const std::vector<chat_message>& lent, std::vector<std::string_view>& out);
+    // The whole window as chat-completions message objects joined by commas
+    // (model_request::encoded): the JSON kept from earlier calls, extended with that of the items
+    // added since, written from `lent` (the window's messages, lent to a request). Empty when
+    // `lent` is shorter than the window (it was not handed over whole). Valid until the window
+    // next changes.
+    std::string_view encode(const std::vector<chat_message>& lent);
 
 private:
     void push(chat_message m, window_item it);
@@ -93,9 +95,16 @@ private:
     void recount(std::size_t i);
     // Keeps the stage counters below in step with an item entering (+1) or leaving (-1).
     void count(std::size_t i, int sign);
-    // What an item's message and its JSON take (for the cache's bound).
+    // What an item's message takes (for the cache's bound).
     std::size_t item_bytes(std::size_t i) const;
+    // Items from `i` on changed, moved or went: their kept JSON goes too.
+    void forget_json_from(std::size_t i);
     std::size_t bytes_ = 0;
+    // The JSON of items [0, starts_.size()), joined by commas, item i's from starts_[i]: one
+    // block, so a request copies the whole context at once. Appended to as the window grows,
+    // cut back to the first item that changed.
+    std::string encoded_;
+    std::vector<std::size_t> starts_;
     std::size_t tool_items_ = 0; // tool_calls and tool_result items
     std::size_t trimmable_ = 0;  // tool results over trim_above_bytes, not trimmed yet
     bool attach_calls_ = false; // the previous entry was an assistant message or a tool call

@@ -115,7 +115,10 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         // The session's context, unchanged since it was lent, is sent as the window wrote it.
         if (ctx.window && ctx.framework->context_reaches_model_unchanged() &&
             ctx.agent->model->reads_encoded_messages())
-            ctx.window->encode(req.messages, req.encoded);
+        {
+            req.encoded = ctx.window->encode(req.messages);
+            req.encoded_count = req.encoded.empty() ? 0 : ctx.window->items.size();
+        }
         chat_completion c;
         ctx.emit("model.call", json::object{{"step", step}});
         if (ctx.framework->has_before_model_call()) {

@@ -163,8 +163,48 @@ BOOST_AUTO_TEST_CASE(the_windows_json_is_what_writing_its_messages_now_gives) {
     tape.push_back(make_message("user", "after drop"));
     tape.push_back(anchor("earlier: questions and answers", id_after(35)));
     tape.push_back(make_message("assistant", "after anchor"));
+    // Rounds whose first change is a removal (calls of their own, no text), then an anchor
+    // without a summary that keeps the last entries. The older rounds go first.
+    tape.push_back(stage_event("drop_tool_rounds", 0));
+    const auto first_drop = tape.size() - 1;
+    for (int round = 0; round < 3; ++round) {
+        auto n = std::to_string(round);
+        tape.push_back(make_message("user", "u" + n));
+        tape.push_back(call("e" + n, "clock")); // after a user message: a call of its own
+        tape.push_back(result("e" + n, "13:0" + n));
+        tape.push_back(make_message("assistant", "b" + n));
+    }
+    const auto mark = tape.size();
+    tape.push_back(stage_event("drop_tool_rounds", 0));
+    tape.push_back(make_message("user", "after the second drop"));
+    tape.push_back(anchor("", 0));
+    tape.push_back(make_message("user", "after an empty anchor"));
+    // An anchor that keeps every message: nothing goes, its summary comes first.
+    tape.push_back(anchor("all kept", 0));
+    tape.push_back(make_message("user", "last"));
+    // A tool result first in line: the anchor kept it but not its call.
+    tape.push_back(make_message("user", "u3"));
+    tape.push_back(call("e3", "clock"));
+    tape.push_back(result("e3", "13:03"));
+    tape.push_back(make_message("assistant", "b3"));
+    tape.push_back(anchor("from a result", 0));
+    tape.push_back(stage_event("drop_tool_rounds", 0));
+    tape.push_back(make_message("user", "end"));
     for (std::size_t i = ids.size(); i < tape.size(); ++i)
         tape[i].id = static_cast<std::int64_t>(i + 1);
+    tape[mark] = stage_event("drop_tool_rounds", tape[mark - 1].id);
+    tape[mark + 2] = anchor("", tape[mark - 2].id);
+    tape[first_drop] = stage_event("drop_tool_rounds", tape[first_drop - 1].id);
+    tape[first_drop].id = static_cast<std::int64_t>(first_drop + 1);
+    tape[mark].id = static_cast<std::int64_t>(mark + 1);
+    tape[mark + 2].id = static_cast<std::int64_t>(mark + 3);
+    tape[mark + 4] = anchor("all kept", tape[mark - 2].id);
+    tape[mark + 4].id = static_cast<std::int64_t>(mark + 5);
+    const auto result_first = tape.size() - 5;
+    tape[result_first + 2] = anchor("from a result", tape[result_first].id);
+    tape[result_first + 2].id = static_cast<std::int64_t>(result_first + 3);
+    tape[result_first + 3] = stage_event("drop_tool_rounds", tape[result_first + 1].id);
+    tape[result_first + 3].id = static_cast<std::int64_t>(result_first + 4);
 
     context_window w;
     w.set_pinned("a", {"pinned \"one\""});
@@ -172,20 +212,17 @@ BOOST_AUTO_TEST_CASE(the_windows_json_is_what_writing_its_messages_now_gives) {
     auto check = [&](const std::string& when) {
         // Lent as the pipeline lends it, encoded, compared, handed back.
         auto lent = std::exchange(w.messages, {});
-        std::vector<std::string_view> json;
         auto before = w.bytes();
-        w.encode(lent, json);
-        BOOST_TEST_REQUIRE(json.size() == lent.size(), when);
-        std::size_t total = 0;
+        std::string json(w.encode(lent));
+        std::string fresh;
         for (std::size_t i = 0; i < lent.size(); ++i) {
-            std::string fresh;
+            if (i) fresh += ',';
             append_chat_message(fresh, lent[i]);
-            BOOST_TEST_REQUIRE(std::string(json[i]) == fresh, when << ": message " << i);
-            BOOST_TEST_REQUIRE(json::parse(fresh).is_object());
-            total += json[i].size();
         }
+        BOOST_TEST_REQUIRE(json == fresh, when);
+        BOOST_TEST_REQUIRE(json::parse("[" + fresh + "]").as_array().size() == lent.size(), when);
         BOOST_TEST(w.bytes() >= before, when);
-        encoded_before = total;
+        encoded_before = json.size();
         w.messages = std::move(lent);
     };
     check("empty");
@@ -194,13 +231,11 @@ BOOST_AUTO_TEST_CASE(the_windows_json_is_what_writing_its_messages_now_gives) {
         check("after entry " + std::to_string(i + 1));
     }
     BOOST_TEST(encoded_before > 0u);
-    // New pinned blocks: the rest keeps its JSON, the blocks get theirs.
+    // New pinned blocks: the window is written again from them on.
     w.set_pinned("a", {"pinned two", "pinned three"});
     check("new pinned blocks");
     // A window too short to be the one lent gets no JSON.
-    std::vector<std::string_view> none;
-    w.encode({}, none);
-    BOOST_TEST(none.empty());
+    BOOST_TEST(w.encode({}).empty());
 }
 
 BOOST_AUTO_TEST_CASE(trim_keeps_a_preview_naming_the_entry) {

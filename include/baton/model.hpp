@@ -36,11 +36,13 @@ struct model_request {
     std::vector<chat_message> messages;
     std::vector<tool_schema> tools;
     std::int64_t max_tokens = 0;
-    // The session's context as already written: encoded[i], when not empty, is messages[i] as a
-    // chat-completions message object (append_chat_message). The agent loop fills it for the
-    // messages lent from the session's context, for clients that say they read it; it may be
-    // shorter than `messages` (the turn's own messages are not in it).
-    std::vector<std::string_view> encoded;
+    // The session's context as already written: the first `encoded_count` messages as
+    // chat-completions message objects (append_chat_message) joined by commas, in one block. The
+    // agent loop fills it with the messages lent from the session's context, for clients that
+    // say they read it; the turn's own messages, after them, are not in it. Empty (and 0) when
+    // there is none.
+    std::string_view encoded;
+    std::size_t encoded_count = 0;
 };
 
 // Appends `m` as a chat-completions message object: {"role","content"[,"tool_calls"]

@@ -220,22 +220,20 @@ namespace {
 std::string request_body(const model_request& req, const model_config& cfg) {
     using namespace std::string_view_literals;
     std::string out;
-    auto written = [&req](std::size_t i) {
-        return i < req.encoded.size() ? req.encoded[i] : std::string_view{};
-    };
-    std::size_t estimate = 256;
-    for (std::size_t i = 0; i < req.messages.size(); ++i)
-        estimate += written(i).empty() ? req.messages[i].content.size() + 48 : written(i).size() + 1;
+    // A block that claims more messages than the request has is not used.
+    const std::size_t kept =
+        !req.encoded.empty() && req.encoded_count <= req.messages.size() ? req.encoded_count : 0;
+    std::size_t estimate = 256 + (kept ? req.encoded.size() : 0);
+    for (std::size_t i = kept; i < req.messages.size(); ++i)
+        estimate += req.messages[i].content.size() + 48;
     out.reserve(estimate);
     out += "{\"model\":"sv;
     append_json_string(out, req.model.empty() ? cfg.model : req.model);
     out += ",\"messages\":["sv;
-    for (std::size_t i = 0; i < req.messages.size(); ++i) {
+    if (kept) out += req.encoded;
+    for (std::size_t i = kept; i < req.messages.size(); ++i) {
         if (i) out += ',';
-        if (auto json = written(i); !json.empty())
-            out += json;
-        else
-            append_chat_message(out, req.messages[i]);
+        append_chat_message(out, req.messages[i]);
     }
     out += ']';
     if (!req.tools.empty()) {
