@@ -17,6 +17,8 @@
 #include <iostream>
 #include <thread>
 
+#include <ctime>
+#include <sched.h>
 #include <unistd.h>
 
 namespace baton::bench {
@@ -51,40 +53,75 @@ asio::awaitable<void> session_loop(framework& fw, std::string sid,
 namespace {
 // Runs `turns` turns one after another in one session and times the first and the last 100: the
 // cost of a turn must not grow with the length of its session.
-int run_session_length(framework& fw, std::int64_t turns, const std::string& store_name) {
+// This process's CPU time (every thread: the store's runs apart from the turn's), in µs.
+double process_cpu_us() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+// Pins the calling thread, and the threads it starts from now on, to the core it runs on.
+void pin_to_this_core() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    int cpu = ::sched_getcpu();
+    CPU_SET(cpu < 0 ? 0 : cpu, &set);
+    ::sched_setaffinity(0, sizeof set, &set);
+}
+
+// One session, turns one after another: the first 100 turns against the last 100, by wall time
+// and by CPU time. With the SQLite store every turn waits four times for the store's thread. When
+// the two threads run on two cores, each wait is a wake-up across cores, which on a VM costs more
+// than the turn's own work (2-3x the CPU), and the scheduler moves the threads between the two
+// placements at any time: pinned (the default), both share one core and the figures compare the
+// turns' own cost.
+int run_session_length(framework& fw, std::int64_t turns, const std::string& store_name, bool pinned) {
     asio::io_context ctx(1);
-    std::vector<double> us(static_cast<std::size_t>(turns));
+    std::vector<double> us(static_cast<std::size_t>(turns)), cpu(us.size());
     auto one_session = [&]() -> asio::awaitable<void> {
         inbound in;
         in.session_id = "long-session";
         in.text = "hello";
         for (std::int64_t i = 0; i < turns; ++i) {
+            auto c0 = process_cpu_us();
             auto t0 = std::chrono::steady_clock::now();
             co_await fw.process_inbound(in);
-            us[static_cast<std::size_t>(i)] =
-                std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+            auto i_ = static_cast<std::size_t>(i);
+            us[i_] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+            cpu[i_] = process_cpu_us() - c0;
         }
     };
     asio::co_spawn(ctx, one_session(), [](std::exception_ptr e) {
         if (e) std::rethrow_exception(e);
     });
     ctx.run();
-    std::size_t window = std::min<std::size_t>(100, us.size() / 2);
+    auto window = static_cast<std::ptrdiff_t>(std::min<std::size_t>(100, us.size() / 2));
     auto median_of = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return v.empty() ? 0.0 : v[v.size() / 2];
     };
-    double first = median_of({us.begin(), us.begin() + static_cast<std::ptrdiff_t>(window)});
-    double last = median_of({us.end() - static_cast<std::ptrdiff_t>(window), us.end()});
-    std::cout << "session length: " << turns << " turns in one session, " << store_name << " store\n";
+    auto ratio = [](double a, double b) { return a > 0 ? b / a : 0; };
+    double first = median_of({us.begin(), us.begin() + window});
+    double last = median_of({us.end() - window, us.end()});
+    double first_cpu = median_of({cpu.begin(), cpu.begin() + window});
+    double last_cpu = median_of({cpu.end() - window, cpu.end()});
+    std::cout << "session length: " << turns << " turns in one session, " << store_name << " store"
+              << (pinned ? ", pinned to one core" : "") << "\n";
     std::cout << "median us per turn, first " << window << ": " << first << ", last " << window << ": "
-              << last << ", ratio " << (first > 0 ? last / first : 0) << "\n";
+              << last << ", ratio " << ratio(first, last) << "\n";
+    std::cout << "median CPU us per turn (all threads), first " << window << ": " << first_cpu
+              << ", last " << window << ": " << last_cpu << ", ratio " << ratio(first_cpu, last_cpu)
+              << "\n";
     print_json({{"bench", "pipeline-session-length"},
                 {"store", store_name},
                 {"turns", turns},
+                {"pinned", pinned},
                 {"first_us_per_turn", first},
                 {"last_us_per_turn", last},
-                {"ratio", first > 0 ? last / first : 0}});
+                {"ratio", ratio(first, last)},
+                {"first_cpu_us_per_turn", first_cpu},
+                {"last_cpu_us_per_turn", last_cpu},
+                {"cpu_ratio", ratio(first_cpu, last_cpu)}});
     return 0;
 }
 
@@ -98,7 +135,7 @@ std::shared_ptr<store> open_store(const std::string& name, const std::filesystem
 
 int run_pipeline(const options& opt) {
     opt.only({"--seconds", "--threads", "--sessions", "--store", "--session-length", "--context-window",
-              "--io"});
+              "--io", "--pin"});
     double seconds = opt.number("--seconds", 5);
     int threads = static_cast<int>(opt.number("--threads", 2));
     int sessions = static_cast<int>(opt.number("--sessions", 64));
@@ -108,12 +145,17 @@ int run_pipeline(const options& opt) {
     // The agent's model.context_window: with the default, sessions compact (summarise through
     // the null model) every few hundred turns, as long sessions do.
     auto window = static_cast<std::int64_t>(opt.number("--context-window", 8192));
+    auto pin = opt.number("--pin", 1);
     if (seconds <= 0 || threads < 1 || sessions < 1 || length < 0 || window < 2048 ||
-        (io != "shared" && io != "per-thread")) {
+        (io != "shared" && io != "per-thread") || (pin != 0 && pin != 1)) {
         std::cerr << "baton-bench pipeline: --seconds > 0, --threads >= 1, --sessions >= 1, "
-                     "--session-length >= 0, --context-window >= 2048, --io shared|per-thread\n";
+                     "--session-length >= 0, --context-window >= 2048, --io shared|per-thread, "
+                     "--pin 0|1\n";
         return 2;
     }
+    // --session-length: this thread and the store's (started below, inheriting it) share one
+    // core, so that first and last turns are compared under the same thread placement.
+    if (length > 0 && pin == 1) pin_to_this_core();
     auto dir = std::filesystem::temp_directory_path() /
                ("baton-bench-" + std::to_string(::getpid()) + "-" + make_turn_id());
     std::filesystem::create_directories(dir);
@@ -131,7 +173,7 @@ int run_pipeline(const options& opt) {
     a.config.model.context_window = window;
     a.config.context.reserve_output_tokens = 1024;
     fw.add_agent(a);
-    if (length > 0) return run_session_length(fw, length, store_name);
+    if (length > 0) return run_session_length(fw, length, store_name, pin == 1);
 
     // shared: one io_context run by all threads (sessions on strands, handlers may hop threads);
     // per-thread: one io_context per thread, sessions spread over them (each session stays on its
