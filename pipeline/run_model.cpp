@@ -2,6 +2,7 @@
 // repeat, until it answers in text or the step limiter stops it. Time limits and cancellation
 // reach it through the awaiting coroutine's cancellation slot (see runtime.cpp).
 #include "pipeline/compaction.hpp"
+#include <baton/json_text.hpp>
 #include "pipeline/stages.hpp"
 
 #include <boost/system/system_error.hpp>
@@ -82,7 +83,11 @@ asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_reque
     progress.reply.clear();
     delta_handler on_delta = [&progress, &ctx](std::string_view piece) {
         progress.reply.append(piece);
-        ctx.emit("model.delta", json::object{{"text", piece}});
+        if (!ctx.emitting()) return;
+        std::string data = R"({"text":)";
+        append_json_string(data, piece);
+        data += '}';
+        ctx.emit_text("model.delta", std::move(data));
     };
     // One observation per call (metrics): ok when it answered, error however else it ended.
     metrics_registry::call_timer timer(ctx.framework->metrics());
@@ -120,7 +125,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             req.encoded_count = req.encoded.empty() ? 0 : ctx.window->items.size();
         }
         chat_completion c;
-        ctx.emit("model.call", json::object{{"step", step}});
+        if (ctx.emitting()) ctx.emit_text("model.call", R"({"step":)" + std::to_string(step) + "}");
         if (ctx.framework->has_before_model_call()) {
             // Hooks may edit the request of this step, not the conversation.
             model_request call = req;

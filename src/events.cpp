@@ -9,9 +9,13 @@ turn_log::turn_log(std::string turn_id, std::string session_id, std::size_t capa
       capacity_(capacity < 2 ? 2 : capacity), fan_out_(std::move(fan_out)) {}
 
 event_ptr turn_log::publish(std::string_view type, const json::object& data) {
+    return publish_text(type, json_text(data));
+}
+
+event_ptr turn_log::publish_text(std::string_view type, std::string data) {
     auto e = std::make_shared<turn_event>();
     e->type = type;
-    e->data = json_text(data);
+    e->data = std::move(data);
     std::vector<std::function<void()>> wake;
     {
         std::lock_guard lock(mutex_);
@@ -100,6 +104,7 @@ std::uint64_t event_hub::listen(const std::string& session_id, event_listener f)
     std::lock_guard lock(listeners_mutex_);
     auto id = next_listener_++;
     listeners_[session_id].push_back({id, std::make_shared<event_listener>(std::move(f))});
+    listening_.fetch_add(1);
     return id;
 }
 
@@ -107,11 +112,12 @@ void event_hub::unlisten(const std::string& session_id, std::uint64_t id) {
     std::lock_guard lock(listeners_mutex_);
     auto it = listeners_.find(session_id);
     if (it == listeners_.end()) return;
-    std::erase_if(it->second, [id](const listener& l) { return l.id == id; });
+    listening_.fetch_sub(std::erase_if(it->second, [id](const listener& l) { return l.id == id; }));
     if (it->second.empty()) listeners_.erase(it);
 }
 
 void event_hub::fan_out(const turn_log& log, const event_ptr& e) {
+    if (listening_.load() == 0) return;
     std::vector<std::shared_ptr<event_listener>> targets;
     {
         std::lock_guard lock(listeners_mutex_);

@@ -1,4 +1,5 @@
 #include <baton/framework.hpp>
+#include <baton/json_text.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -83,7 +84,10 @@ namespace {
 // ended (ctx.stage_mark): one clock read per stage boundary, not two.
 std::chrono::steady_clock::time_point stage_started(turn_context& ctx, turn_stage stage) {
     if (!ctx.emitting()) return ctx.stage_mark;
-    ctx.emit("stage.started", json::object{{"stage", to_string(stage)}});
+    std::string data = R"({"stage":")";
+    data += to_string(stage); // a plain name: nothing to escape
+    data += "\"}";
+    ctx.emit_text("stage.started", std::move(data));
     return std::chrono::steady_clock::now();
 }
 
@@ -94,9 +98,13 @@ void stage_finished(turn_context& ctx, turn_stage stage, std::chrono::steady_clo
     ctx.framework->metrics().observe_stage(stage, elapsed);
     if (!ctx.emitting()) return;
     auto ms = std::chrono::duration<double, std::milli>(elapsed);
-    json::object data{{"stage", to_string(stage)}, {"ms", std::round(ms.count() * 1000) / 1000}};
-    if (!ok) data["ok"] = false;
-    ctx.emit("stage.finished", data);
+    std::string data = R"({"stage":")";
+    data += to_string(stage);
+    data += R"(","ms":)";
+    append_json_number(data, std::round(ms.count() * 1000) / 1000);
+    if (!ok) data += R"(,"ok":false)";
+    data += '}';
+    ctx.emit_text("stage.finished", std::move(data));
 }
 } // namespace
 

@@ -3,6 +3,7 @@
 #include <boost/json/serialize.hpp>
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -78,6 +79,16 @@ template <class Int> void append_int(std::string& out, Int n) {
     out.append(buf, r.ptr);
 }
 } // namespace
+
+void append_json_number(std::string& out, double d) {
+    if (!std::isfinite(d)) {
+        out += "null";
+        return;
+    }
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, d);
+    out.append(buf, r.ptr);
+}
 
 void append_json(std::string& out, const json::object& o) {
     out.push_back('{');

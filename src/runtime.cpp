@@ -244,7 +244,7 @@ void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<runnin
     rec.status = turn_status::running;
     rec.started_at = now_ms();
     turns.live(rec);
-    hub.open(rec.turn_id, rec.session_id)->publish("turn.started", json::object{});
+    hub.open(rec.turn_id, rec.session_id)->publish_text("turn.started", "{}");
     std::lock_guard lock(running_mutex);
     running[rec.turn_id] = carrier; // cancelling it cancels the turn that carries it
 }
@@ -310,7 +310,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
         co_await db.run(std::move(mark));
         turns.live(rec);
-        progress->events->publish("turn.started", json::object{});
+        progress->events->publish_text("turn.started", "{}");
 
         inbound in;
         for (const auto& c : *folded) {
@@ -467,7 +467,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     // Known before it can start, so that a poll never sees it go back from running to queued.
     impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
-    impl_->hub.open(rec.turn_id, rec.session_id)->publish("turn.queued", json::object{});
+    impl_->hub.open(rec.turn_id, rec.session_id)->publish_text("turn.queued", "{}");
     impl_->actors.mark_ready(*actor, slot);
     // Admission mode `interrupt`: the running turn ends `stopped` and this message runs next.
     if (ag->config.admission.mode == admission_mode::interrupt) {

@@ -7,8 +7,10 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <limits>
 #include <random>
 
 using namespace baton;
@@ -86,6 +88,29 @@ BOOST_AUTO_TEST_CASE(json_text_parses_back_to_the_same_value) {
         json::value sv = json::string(s);
         BOOST_TEST_REQUIRE(json::parse(json_text(sv), {}, {.allow_invalid_utf8 = true}) == sv);
     }
+}
+
+// Numbers as events write them (stage.finished "ms"): the shortest text that reads back the same.
+BOOST_AUTO_TEST_CASE(json_numbers_read_back_the_same) {
+    auto text = [](double d) {
+        std::string out;
+        append_json_number(out, d);
+        return out;
+    };
+    BOOST_TEST(text(0.012) == "0.012");
+    BOOST_TEST(text(3) == "3");
+    BOOST_TEST(text(1234.5) == "1234.5");
+    BOOST_TEST(text(std::nan("")) == "null");
+    BOOST_TEST(text(-std::numeric_limits<double>::infinity()) == "null");
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> ms(0, 1e6);
+    for (int i = 0; i < 2000; ++i) {
+        double d = std::round(ms(rng) * 1000) / 1000;
+        auto v = json::parse(text(d));
+        BOOST_TEST_REQUIRE(v.to_number<double>() == d, text(d));
+    }
+    for (double d : {1e300, -1e-300, 5e-324, 1.7976931348623157e308, -0.0})
+        BOOST_TEST(json::parse(text(d)).to_number<double>() == d);
 }
 
 // The turn record's JSON (GET /v1/turns/{tid}) has exactly the fields and order of API.md's

@@ -6,6 +6,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -46,6 +47,8 @@ public:
     // Appends an event (seq = last + 1) and wakes the readers. After turn.finished nothing more is
     // appended. Returns the event (nullptr once finished).
     event_ptr publish(std::string_view type, const json::object& data);
+    // The same with the data already written: `data` is a JSON object's text.
+    event_ptr publish_text(std::string_view type, std::string data);
 
     struct read_result {
         std::vector<event_ptr> events;           // seq > after, oldest first
@@ -113,6 +116,7 @@ private:
     };
     std::deque<retired> retired_; // oldest first
     mutable std::mutex listeners_mutex_;
+    std::atomic<std::size_t> listening_{0}; // listeners in all: none, no lock per event
     struct listener {
         std::uint64_t id;
         std::shared_ptr<event_listener> f;

@@ -141,6 +141,11 @@ struct turn_context {
     void emit(std::string_view type, const json::object& data) {
         if (inbound.progress && inbound.progress->events) inbound.progress->events->publish(type, data);
     }
+    // The same with the data already written (a JSON object's text): the frequent events.
+    void emit_text(std::string_view type, std::string data) {
+        if (inbound.progress && inbound.progress->events)
+            inbound.progress->events->publish_text(type, std::move(data));
+    }
     bool emitting() const { return inbound.progress && inbound.progress->events != nullptr; }
 };
 

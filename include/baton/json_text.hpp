@@ -16,6 +16,9 @@ namespace json = boost::json;
 
 // Appends `s` as a JSON string. The text must be UTF-8 already.
 void append_json_string(std::string& out, std::string_view s);
+// A finite number in its shortest form that reads back the same ("0.012", "3", "1e+21"); NaN
+// and infinities, which JSON cannot hold, as null.
+void append_json_number(std::string& out, double d);
 void append_json(std::string& out, const json::value& v);
 void append_json(std::string& out, const json::object& o);
 
