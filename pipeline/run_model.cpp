@@ -59,10 +59,10 @@ struct request_budget {
 
 // Admission mode `steer`: messages that arrived meanwhile join the conversation at a step
 // boundary. True when there were any (the loop then takes another step).
-bool take_steering(turn_context& ctx, model_request& req, request_budget& budget) {
+asio::awaitable<bool> take_steering(turn_context& ctx, model_request& req, request_budget& budget) {
     auto& take = ctx.progress().take_steering;
-    if (!take) return false;
-    auto steered = take();
+    if (!take) co_return false;
+    auto steered = co_await take();
     for (auto& m : steered) {
         auto entry = make_message("user", m.text);
         entry.turn_id = m.turn_id;
@@ -70,7 +70,7 @@ bool take_steering(turn_context& ctx, model_request& req, request_budget& budget
         req.messages.push_back({"user", std::move(m.text), {}, {}});
         budget.add(req.messages.back());
     }
-    return !steered.empty();
+    co_return !steered.empty();
 }
 
 json::object usage_json(const chat_completion& c) {
@@ -156,7 +156,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             if (!progress.take_steering) break;
             req.messages.push_back({"assistant", out.reply, {}, {}});
             budget.add(req.messages.back());
-            if (take_steering(ctx, req, budget)) continue;
+            if (co_await take_steering(ctx, req, budget)) continue;
             break;
         }
         // The model asked for tools: record the calls, run them, feed the observations back. The
@@ -188,7 +188,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             req.messages.push_back({"tool", results[i].output, {}, call_item.id});
             budget.add(req.messages.back());
         }
-        take_steering(ctx, req, budget);
+        co_await take_steering(ctx, req, budget);
     }
     co_return out;
 }

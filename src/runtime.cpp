@@ -74,8 +74,15 @@ struct runtime::impl {
     asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                    std::vector<turn_record> collected);
     asio::awaitable<void> store_final(turn_record rec);
-    // A message folded into a running turn (collect, steer) now counts as running.
-    void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier);
+    // A message folded into a running turn (collect, steer) now counts as running (the caller
+    // has stored it so, at `at`).
+    void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier, time_ms at);
+    // Admission mode `steer`: takes the messages waiting behind the running turn, stores them as
+    // running and folds them into it.
+    asio::awaitable<std::vector<steered_message>> steer(std::shared_ptr<session_actor> a,
+                                                        std::shared_ptr<std::vector<turn_record>> folded,
+                                                        std::weak_ptr<running_turn> carrier,
+                                                        std::string agent);
     // It ends with the turn that answered it: same status, reply and error; no steps of its own.
     asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier);
     bool signal_running(const std::string& turn_id);
@@ -239,10 +246,43 @@ asio::awaitable<void> runtime::impl::run_compaction(std::shared_ptr<session_acto
     }
 }
 
-void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier) {
+asio::awaitable<std::vector<steered_message>>
+runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vector<turn_record>> folded,
+                     std::weak_ptr<running_turn> carrier, std::string agent) {
+    std::vector<steered_message> out;
+    if (carrier.expired()) co_return out;
+    auto ready = actors.take_ready(*a, agent);
+    if (ready.empty()) co_return out;
+    // Stored as running before the turn answers them: a crash from here on ends them with it
+    // instead of running them again as turns of their own.
+    std::vector<std::string> ids;
+    for (const auto& r : ready)
+        ids.push_back(r.turn_id);
+    auto at = now_ms();
+    auto mark = [ids = std::move(ids), at](store& s) {
+        for (const auto& id : ids)
+            s.mark_running(id, at);
+    };
+    try {
+        co_await rt.fw_.db().run(std::move(mark));
+    } catch (const std::exception& e) {
+        // They are answered all the same; only a crash before the turn ends would run them again.
+        log::warn("cannot store steered messages as running", {{"error", e.what()}});
+    }
+    auto entry = carrier.lock();
+    for (auto& r : ready) {
+        if (entry) fold(r, entry, at);
+        out.push_back({r.turn_id, r.input.text});
+        folded->push_back(std::move(r));
+    }
+    co_return out;
+}
+
+void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier,
+                         time_ms at) {
     auto rec = folded;
     rec.status = turn_status::running;
-    rec.started_at = now_ms();
+    rec.started_at = at;
     turns.live(rec);
     hub.open(rec.turn_id, rec.session_id)->publish_text("turn.started", "{}");
     std::lock_guard lock(running_mutex);
@@ -286,15 +326,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         // Weak: the progress holds this function, and the running entry holds the progress.
         std::weak_ptr<running_turn> carrier = entry;
         progress->take_steering = [this, a, folded, carrier, agent = rec.agent] {
-            std::vector<steered_message> out;
-            auto entry = carrier.lock();
-            if (!entry) return out;
-            for (auto& r : actors.take_ready(*a, agent)) {
-                fold(r, entry);
-                out.push_back({r.turn_id, r.input.text});
-                folded->push_back(std::move(r));
-            }
-            return out;
+            return steer(a, folded, carrier, agent);
         };
     }
     // The turn deadline cancels the turn through its cancellation slot.
@@ -307,14 +339,21 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         if (!ec) entry->stop(running_turn::reason::timed_out);
     });
     try {
-        auto mark = [id = rec.turn_id, at = *rec.started_at](store& s) { s.mark_running(id, at); };
+        // The messages this turn answers too (`collect`) run with it: a crash ends them with it.
+        std::vector<std::string> ids{rec.turn_id};
+        for (const auto& c : *folded)
+            ids.push_back(c.turn_id);
+        auto mark = [ids = std::move(ids), at = *rec.started_at](store& s) {
+            for (const auto& id : ids)
+                s.mark_running(id, at);
+        };
         co_await db.run(std::move(mark));
         turns.live(rec);
         progress->events->publish_text("turn.started", "{}");
 
         inbound in;
         for (const auto& c : *folded) {
-            fold(c, entry);
+            fold(c, entry, *rec.started_at);
             in.collected.push_back({c.turn_id, c.input.text});
         }
         in.turn_id = rec.turn_id;

@@ -199,4 +199,69 @@ BOOST_AUTO_TEST_CASE(an_agent_with_on_abandoned_rerun_runs_the_turn_again) {
     BOOST_TEST(string_at(rec, "reply") == "second run");
 }
 
+namespace {
+// An agent whose messages fold into the running turn (`collect` or `steer`), with a model
+// timeout longer than the slow answers below.
+json::object folding(std::string mode) {
+    return {{"admission", {{"mode", std::move(mode)}, {"max_queued", 8}}},
+            {"model", {{"timeout_ms", 30000}}}};
+}
+
+// Waits (bounded) until the fake model has received `n` requests.
+void wait_for_requests(model_daemon& d, std::size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (d.model.requests().size() < n && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    BOOST_TEST_REQUIRE(d.model.requests().size() >= n, "the model never got request " << n);
+}
+
+void check_abandoned(model_daemon& d, const std::string& tid, const std::string& what) {
+    auto rec = d.wait_for_turn(tid);
+    BOOST_TEST(string_at(rec, "status") == "failed", what << " ended " << string_at(rec, "status"));
+    BOOST_TEST((rec.at("error").is_object() &&
+                string_at(rec.at("error").as_object(), "code") == "abandoned"),
+               what << ": " << json::serialize(rec));
+}
+} // namespace
+
+// Messages answered by another turn run with it: a crash ends them with it (`abandoned`), it
+// does not run them again as turns of their own (their text is already in the carrier's turn).
+BOOST_AUTO_TEST_CASE(messages_collected_into_a_turn_end_with_it_after_a_crash) {
+    model_daemon d({}, false, {}, folding("collect"));
+    d.model.push(fake_reply::completion("first answer").after(600ms));
+    d.model.push(fake_reply::completion("never seen").after(30s));
+    auto first = d.post("first", "fold-1");
+    d.wait_for_turn(first, {"running"});
+    auto second = d.post("second", "fold-1");
+    auto third = d.post("third", "fold-1");
+    BOOST_TEST(string_at(d.wait_for_turn(first), "reply") == "first answer");
+    wait_for_requests(d, 2); // the turn of `second`, carrying `third`, is asking the model
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("a second answer"));
+    d.model.push(fake_reply::completion("a third answer"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    check_abandoned(d, second, "the carrier");
+    check_abandoned(d, third, "the collected message");
+    BOOST_TEST(d.model.requests().size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_steered_message_ends_with_its_turn_after_a_crash) {
+    model_daemon d({}, false, {}, folding("steer"));
+    // Step 1 asks for the clock (slowly); the steered message joins before step 2, which hangs.
+    d.model.push(fake_reply::completion("", {{"call_1", "clock", "{}"}}, "tool_calls").after(600ms));
+    d.model.push(fake_reply::completion("never seen").after(30s));
+    auto first = d.post("what time is it?", "fold-2");
+    d.wait_for_turn(first, {"running"});
+    auto steered = d.post("and in Paris?", "fold-2");
+    wait_for_requests(d, 2);
+    BOOST_TEST(d.model.requests()[1].body.at("messages").as_array().back().at("content") ==
+               "and in Paris?");
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("a second answer"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    check_abandoned(d, first, "the carrier");
+    check_abandoned(d, steered, "the steered message");
+    BOOST_TEST(d.model.requests().size() == 2u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -47,8 +47,9 @@ struct turn_progress {
     // The turn's live events (events.hpp); null when nobody runs an event hub (embedded use).
     std::shared_ptr<turn_log> events;
     // Admission mode `steer`: messages that arrived while this turn ran, taken at a step boundary
-    // (each becomes a user message of this turn). Empty when nothing can steer the turn.
-    std::function<std::vector<steered_message>()> take_steering;
+    // (each becomes a user message of this turn; it is stored as running before it is given).
+    // Empty when nothing can steer the turn.
+    std::function<boost::asio::awaitable<std::vector<steered_message>>()> take_steering;
 };
 
 // One inbound message, from whichever channel.
