@@ -256,9 +256,11 @@ BOOST_FIXTURE_TEST_CASE(sends_to_one_chat_are_paced, io_fixture) {
         auto ms = [](auto d) {
             return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
         };
-        BOOST_TEST(ms(sent[1].at - sent[0].at) >= 30);
+        // Stamped on arrival at the fake: a few ms of scheduling jitter either way (a CI run saw
+        // a 34 ms gap arrive as 29), never the whole gap. Unpaced, they would be ~1 ms apart.
+        BOOST_TEST(ms(sent[1].at - sent[0].at) >= 15);
         BOOST_TEST(ms(sent[1].at - sent[0].at) < 250);
-        BOOST_TEST(ms(sent[2].at - sent[0].at) >= 295);
+        BOOST_TEST(ms(sent[2].at - sent[0].at) >= 250);
     }
 }
 
