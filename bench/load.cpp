@@ -15,6 +15,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -203,6 +204,9 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
         co_return;
     }
     std::string tid;
+    // Turns that ended before their `accepted` came (a daemon that sends frames out of order):
+    // the turn is done as soon as its id is known.
+    std::vector<std::string> ended_early;
     for (;;) {
         auto [ec, text] = co_await c.ws->receive();
         if (ec) {
@@ -225,6 +229,11 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
         if (type == "accepted" && str("id") == id) {
             r.accept_ms = ms_since(t0);
             tid = str("turn_id");
+            if (std::find(ended_early.begin(), ended_early.end(), tid) != ended_early.end()) {
+                r.done_ms = r.accept_ms;
+                r.status = "completed";
+                co_return;
+            }
         } else if (type == "error" && str("id") == id) {
             r.error = "ws_error_" + str("code");
             co_return;
@@ -236,6 +245,7 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
                 r.status = "completed";
                 co_return;
             }
+            if (tid.empty()) ended_early.push_back(str("turn_id"));
         } else if (type == "event" && !tid.empty() && str("turn_id") == tid &&
                    str("event") == "turn.finished") {
             auto d = f.if_contains("data");

@@ -501,8 +501,12 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         if (stored.outcome == insert_outcome::key_reused)
             co_return api_error{errc::idempotency_key_reused,
                                 "this Idempotency-Key was already used with another request"};
-        co_return accepted{stored.turn_id, rec.session_id, true};
+        accepted replay{stored.turn_id, rec.session_id, true};
+        if (req.on_stored) req.on_stored(replay);
+        co_return replay;
     }
+    accepted ok{rec.turn_id, rec.session_id, false};
+    if (req.on_stored) req.on_stored(ok);
     // Known before it can start, so that a poll never sees it go back from running to queued.
     impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
@@ -514,7 +518,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         if (!current.empty()) impl_->signal_running(current);
     }
     impl_->kick(actor);
-    co_return accepted{rec.turn_id, rec.session_id, false};
+    co_return ok;
 }
 
 asio::awaitable<std::optional<turn_record>> runtime::get_turn(std::string turn_id) {

@@ -154,6 +154,45 @@ BOOST_AUTO_TEST_CASE(one_session_runs_turns_one_at_a_time_in_accept_order_while_
         BOOST_TEST((r.status == turn_status::completed));
 }
 
+// A channel is told a message is stored (accept_request::on_stored) before anything of its turn
+// happens: before turn.queued, before the turn starts.
+BOOST_AUTO_TEST_CASE(the_channel_hears_of_a_stored_message_before_its_turn_does_anything) {
+    runtime_fixture f;
+    std::mutex m;
+    std::vector<std::string> order;
+    auto id = f.rt.events().listen("told", [&](const turn_log&, const event_ptr& e) {
+        std::lock_guard lock(m);
+        order.push_back(e->type);
+    });
+    std::vector<std::string> turn_ids;
+    for (int i = 0; i < 20; ++i) {
+        accept_request r;
+        r.session_id = "told";
+        r.text = "m" + std::to_string(i);
+        r.on_stored = [&](const accepted& ok) {
+            std::lock_guard lock(m);
+            order.push_back("stored");
+            turn_ids.push_back(ok.turn_id);
+        };
+        auto res = asio::co_spawn(f.ctx, f.rt.accept(std::move(r)), asio::use_future).get();
+        BOOST_TEST_REQUIRE(std::holds_alternative<accepted>(res));
+        BOOST_TEST(std::get<accepted>(res).turn_id == turn_ids.back());
+    }
+    BOOST_REQUIRE(f.wait_finished(20));
+    f.rt.events().unlisten("told", id);
+    std::lock_guard lock(m);
+    // Each turn: "stored", then its events (turn.queued first); turns may interleave after that,
+    // but no turn's event comes before its own "stored".
+    std::size_t stored = 0, queued = 0;
+    for (const auto& e : order) {
+        if (e == "stored") ++stored;
+        if (e == "turn.queued") BOOST_TEST_REQUIRE(++queued <= stored);
+    }
+    BOOST_TEST(stored == 20u);
+    BOOST_TEST(queued == 20u);
+    BOOST_TEST(order.front() == "stored");
+}
+
 BOOST_AUTO_TEST_CASE(sessions_run_in_parallel) {
     runtime_fixture f;
     f.rec.delay = 200ms;

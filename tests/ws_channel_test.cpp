@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <set>
 #include <thread>
 
 using namespace baton::test;
@@ -72,6 +73,36 @@ BOOST_AUTO_TEST_CASE(a_message_is_accepted_streams_its_events_and_gets_an_acked_
     BOOST_TEST(items[0].at("turn_id").as_string() == tid);
     // The turn record agrees.
     BOOST_TEST(d.wait_for_turn(tid).at("reply").as_string() == "hello there");
+}
+
+// A client learns a turn's id from `accepted` before any event or reply of that turn reaches it,
+// however fast the turn runs (the echo model answers at once, the turns race the frames).
+BOOST_AUTO_TEST_CASE(accepted_comes_before_anything_of_its_turn) {
+    daemon_fixture d;
+    auto ws = open_ws(d);
+    const int n = 200;
+    for (int i = 0; i < n; ++i)
+        ws->send(message("order-" + std::to_string(i % 4), "m" + std::to_string(i), "o-" + std::to_string(i)));
+    int replies = 0;
+    while (replies < n) {
+        auto f = ws->read_until(frame_type("reply"));
+        ws->send({{"type", "ack"}, {"key", string_at(f, "key")}});
+        ++replies;
+    }
+    std::set<std::string> announced;
+    int accepted = 0;
+    for (const auto& f : ws->seen) {
+        auto type = string_at(f, "type");
+        if (type == "accepted") {
+            announced.insert(string_at(f, "turn_id"));
+            ++accepted;
+        } else if (type == "event" || type == "reply") {
+            BOOST_TEST_REQUIRE(announced.count(string_at(f, "turn_id")) == 1u,
+                               type << " of " << string_at(f, "turn_id") << " before its accepted: "
+                                    << json::serialize(f));
+        }
+    }
+    BOOST_TEST(accepted == n);
 }
 
 BOOST_AUTO_TEST_CASE(an_unacked_reply_is_sent_again_with_the_same_key_after_a_reconnect) {

@@ -22,6 +22,12 @@
 
 namespace baton {
 
+struct accepted {
+    std::string turn_id;
+    std::string session_id;
+    bool replayed = false;
+};
+
 struct accept_request {
     std::string tenant;
     std::string session_id;
@@ -31,12 +37,10 @@ struct accept_request {
     json::object metadata;
     json::value deliver;
     idempotency idem;
-};
-
-struct accepted {
-    std::string turn_id;
-    std::string session_id;
-    bool replayed = false;
+    // Called once the message is stored, before its turn can start (or publish any event): a
+    // channel that streams the session's events tells its client about the turn here, so that
+    // nothing of the turn reaches the client before the turn's id does. Must not block.
+    std::function<void(const accepted&)> on_stored;
 };
 
 using accept_result = std::variant<accepted, api_error>;
