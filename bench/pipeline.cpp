@@ -86,9 +86,10 @@ int run_session_length(framework& fw, std::int64_t turns, const std::string& sto
             auto c0 = process_cpu_us();
             auto t0 = std::chrono::steady_clock::now();
             co_await fw.process_inbound(in);
-            auto i_ = static_cast<std::size_t>(i);
-            us[i_] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-            cpu[i_] = process_cpu_us() - c0;
+            auto at = static_cast<std::size_t>(i);
+            auto elapsed = std::chrono::steady_clock::now() - t0;
+            us[at] = std::chrono::duration<double, std::micro>(elapsed).count();
+            cpu[at] = process_cpu_us() - c0;
         }
     };
     asio::co_spawn(ctx, one_session(), [](std::exception_ptr e) {

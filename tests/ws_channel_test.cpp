@@ -81,8 +81,10 @@ BOOST_AUTO_TEST_CASE(accepted_comes_before_anything_of_its_turn) {
     daemon_fixture d;
     auto ws = open_ws(d);
     const int n = 200;
-    for (int i = 0; i < n; ++i)
-        ws->send(message("order-" + std::to_string(i % 4), "m" + std::to_string(i), "o-" + std::to_string(i)));
+    for (int i = 0; i < n; ++i) {
+        auto k = std::to_string(i);
+        ws->send(message("order-" + std::to_string(i % 4), "m" + k, "o-" + k));
+    }
     int replies = 0;
     while (replies < n) {
         auto f = ws->read_until(frame_type("reply"));
