@@ -51,8 +51,6 @@ asio::awaitable<void> session_loop(framework& fw, std::string sid,
 } // namespace
 
 namespace {
-// Runs `turns` turns one after another in one session and times the first and the last 100: the
-// cost of a turn must not grow with the length of its session.
 // This process's CPU time (every thread: the store's runs apart from the turn's), in µs.
 double process_cpu_us() {
     timespec ts{};

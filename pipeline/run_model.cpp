@@ -2,8 +2,9 @@
 // repeat, until it answers in text or the step limiter stops it. Time limits and cancellation
 // reach it through the awaiting coroutine's cancellation slot (see runtime.cpp).
 #include "pipeline/compaction.hpp"
-#include <baton/json_text.hpp>
 #include "pipeline/stages.hpp"
+
+#include <baton/json_text.hpp>
 
 #include <boost/system/system_error.hpp>
 
@@ -119,8 +120,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         budget.fit(req, ctx.inbound.turn_id);
         // The session's context, unchanged since it was lent, is sent as the window wrote it.
         if (ctx.window && ctx.framework->context_reaches_model_unchanged() &&
-            ctx.agent->model->reads_encoded_messages())
-        {
+            ctx.agent->model->reads_encoded_messages()) {
             req.encoded = ctx.window->encode(req.messages);
             req.encoded_count = req.encoded.empty() ? 0 : ctx.window->items.size();
         }

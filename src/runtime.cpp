@@ -246,6 +246,16 @@ asio::awaitable<void> runtime::impl::run_compaction(std::shared_ptr<session_acto
     }
 }
 
+namespace {
+// The store call that marks turns running, all started at `at`, in one batch.
+auto mark_all_running(std::vector<std::string> ids, time_ms at) {
+    return [ids = std::move(ids), at](store& s) {
+        for (const auto& id : ids)
+            s.mark_running(id, at);
+    };
+}
+} // namespace
+
 asio::awaitable<std::vector<steered_message>>
 runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vector<turn_record>> folded,
                      std::weak_ptr<running_turn> carrier, std::string agent) {
@@ -259,12 +269,8 @@ runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vect
     for (const auto& r : ready)
         ids.push_back(r.turn_id);
     auto at = now_ms();
-    auto mark = [ids = std::move(ids), at](store& s) {
-        for (const auto& id : ids)
-            s.mark_running(id, at);
-    };
     try {
-        co_await rt.fw_.db().run(std::move(mark));
+        co_await rt.fw_.db().run(mark_all_running(std::move(ids), at));
     } catch (const std::exception& e) {
         // They are answered all the same; only a crash before the turn ends would run them again.
         log::warn("cannot store steered messages as running", {{"error", e.what()}});
@@ -343,11 +349,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         std::vector<std::string> ids{rec.turn_id};
         for (const auto& c : *folded)
             ids.push_back(c.turn_id);
-        auto mark = [ids = std::move(ids), at = *rec.started_at](store& s) {
-            for (const auto& id : ids)
-                s.mark_running(id, at);
-        };
-        co_await db.run(std::move(mark));
+        co_await db.run(mark_all_running(std::move(ids), *rec.started_at));
         turns.live(rec);
         progress->events->publish_text("turn.started", "{}");
 
