@@ -6,8 +6,9 @@
 #include <baton/errors.hpp>
 #include <baton/types.hpp>
 
+#include "strand.hpp"
+
 #include <boost/asio/any_io_executor.hpp>
-#include <boost/asio/strand.hpp>
 
 #include <deque>
 #include <memory>
@@ -30,10 +31,10 @@ struct turn_slot {
 
 struct session_actor {
     session_actor(std::string sid, boost::asio::any_io_executor ex, std::size_t shard_index)
-        : session_id(std::move(sid)), strand(boost::asio::make_strand(ex)), shard(shard_index) {}
+        : session_id(std::move(sid)), strand(detail::make_thin_strand(ex)), shard(shard_index) {}
 
     const std::string session_id;
-    boost::asio::strand<boost::asio::any_io_executor> strand;
+    boost::asio::any_io_executor strand; // a strand (detail::make_thin_strand)
     const std::size_t shard;
     // Guarded by the shard's mutex.
     std::deque<std::shared_ptr<turn_slot>> queue;

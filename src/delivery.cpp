@@ -2,6 +2,8 @@
 #include <baton/log.hpp>
 #include <baton/store_runner.hpp>
 
+#include "strand.hpp"
+
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -99,10 +101,10 @@ namespace {
 struct lane : std::enable_shared_from_this<lane> {
     lane(asio::any_io_executor ex, std::shared_ptr<outbound_channel> c, store_runner& db,
          const retry_policy& r)
-        : ch(std::move(c)), strand(asio::make_strand(ex)), timer(strand), db(db), retry(r) {}
+        : ch(std::move(c)), strand(detail::make_thin_strand(ex)), timer(strand), db(db), retry(r) {}
 
     std::shared_ptr<outbound_channel> ch;
-    asio::strand<asio::any_io_executor> strand;
+    asio::any_io_executor strand; // detail::make_thin_strand
     asio::steady_timer timer;
     store_runner& db;
     const retry_policy retry;

@@ -34,10 +34,10 @@ using detail::turn_slot;
 namespace {
 // A turn in flight: its cancellation signal lives on the session's strand.
 struct running_turn {
-    running_turn(asio::strand<asio::any_io_executor> s, std::shared_ptr<turn_progress> p)
+    running_turn(asio::any_io_executor s, std::shared_ptr<turn_progress> p)
         : strand(std::move(s)), progress(std::move(p)) {}
     enum class reason { none, cancelled, timed_out };
-    asio::strand<asio::any_io_executor> strand;
+    asio::any_io_executor strand; // the session's strand
     std::shared_ptr<turn_progress> progress;
     asio::cancellation_signal signal;
     reason why = reason::none;

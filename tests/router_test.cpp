@@ -51,6 +51,25 @@ BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
     BOOST_TEST((match_route("GET", "not a target").error == errc::invalid_request));
 }
 
+BOOST_AUTO_TEST_CASE(long_paths_and_long_ids) {
+    // Ids longer than a short string, percent-decoded; four parts and a trailing slash still route.
+    auto m = match_route("POST", "/v1/sessions/user%40example.com:chat-2026-long/messages/");
+    BOOST_TEST((m.id == route_id::post_message));
+    BOOST_TEST(m.session_id == "user@example.com:chat-2026-long");
+    BOOST_TEST(m.allow.empty());
+    m = match_route("GET", "/v1/turns/t_0123456789abcdef0123456789/events");
+    BOOST_TEST((m.id == route_id::turn_events));
+    BOOST_TEST(m.turn_id == "t_0123456789abcdef0123456789");
+    // More segments than any route has: not found, whatever they hold.
+    for (auto target : {"/v1/turns/t1/events/x", "/v1/turns/t1/events/x/", "/v1/a/b/c/d/e/f/g",
+                        "/v1/sessions/s1/messages/x/y"}) {
+        m = match_route("GET", target);
+        BOOST_TEST((m.error == errc::not_found), target);
+        BOOST_TEST((m.id == route_id::none), target);
+    }
+    BOOST_TEST((match_route("GET", "//").error == errc::not_found));
+}
+
 BOOST_AUTO_TEST_CASE(message_bodies) {
     accept_request r;
     BOOST_TEST(!parse_message_body(

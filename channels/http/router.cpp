@@ -1,9 +1,12 @@
 #include "channels/http/router.hpp"
 
 #include <boost/url/parse.hpp>
+#include <boost/url/decode_view.hpp>
 #include <boost/url/parse_query.hpp>
 #include <boost/url/url_view.hpp>
 
+#include <algorithm>
+#include <array>
 #include <charconv>
 #include <vector>
 
@@ -34,17 +37,14 @@ const std::vector<pattern>& patterns() {
     return table;
 }
 
-bool matches(const pattern& p, const std::vector<std::string>& segs, route_match& m) {
-    if (p.parts.size() != segs.size()) return false;
-    for (std::size_t i = 0; i < segs.size(); ++i) {
-        if (p.parts[i] == "{sid}") {
-            m.session_id = segs[i];
-        } else if (p.parts[i] == "{tid}") {
-            m.turn_id = segs[i];
-        } else if (p.parts[i] != segs[i]) {
-            return false;
-        }
-    }
+// The longest pattern has four parts; a path with more segments matches none.
+constexpr std::size_t max_segments = 5;
+using segments = std::array<std::string, max_segments>;
+
+bool matches(const pattern& p, const segments& segs, std::size_t n) {
+    if (p.parts.size() != n) return false;
+    for (std::size_t i = 0; i < n; ++i)
+        if (p.parts[i] != "{sid}" && p.parts[i] != "{tid}" && p.parts[i] != segs[i]) return false;
     return true;
 }
 } // namespace
@@ -56,24 +56,37 @@ route_match match_route(std::string_view method, std::string_view target) {
         m.error = errc::invalid_request;
         return m;
     }
-    std::vector<std::string> segs;
-    for (auto seg : parsed->segments())
-        segs.push_back(std::string(seg));
+    // Decoded segments in place: a request is routed without allocating, but for a long id.
+    segments segs;
+    std::size_t n = 0;
+    for (auto seg : parsed->encoded_segments()) {
+        if (n == max_segments) {
+            n = max_segments + 1; // too long for any route
+            break;
+        }
+        auto decoded = *seg;
+        segs[n].resize(decoded.size());
+        std::copy(decoded.begin(), decoded.end(), segs[n].begin());
+        ++n;
+    }
     // A trailing slash ("/v1/turns/x/") names the same resource.
-    if (!segs.empty() && segs.back().empty()) segs.pop_back();
+    if (n > 0 && n <= max_segments && segs[n - 1].empty()) --n;
     m.query = std::string(parsed->encoded_query());
 
     bool path_known = false;
     for (const auto& p : patterns()) {
-        route_match candidate;
-        if (!matches(p, segs, candidate)) continue;
+        if (!matches(p, segs, n)) continue;
         path_known = true;
         if (!m.allow.empty()) m.allow += ", ";
         m.allow += p.method;
         if (p.method == method) {
-            candidate.id = p.id;
-            candidate.query = std::move(m.query);
-            return candidate;
+            m.allow.clear();
+            m.id = p.id;
+            for (std::size_t i = 0; i < n; ++i) {
+                if (p.parts[i] == "{sid}") m.session_id = std::move(segs[i]);
+                if (p.parts[i] == "{tid}") m.turn_id = std::move(segs[i]);
+            }
+            return m;
         }
     }
     m.error = path_known ? errc::method_not_allowed : errc::not_found;

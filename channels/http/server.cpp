@@ -5,6 +5,7 @@
 #include "channels/http/api.hpp"
 #include "channels/http/router.hpp"
 #include "channels/ws/session.hpp"
+#include "src/strand.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -411,7 +412,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
 
 asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self) {
     for (;;) {
-        auto [ec, socket] = co_await self->acceptor.async_accept(asio::make_strand(self->ex), use_tuple);
+        auto [ec, socket] = co_await self->acceptor.async_accept(detail::make_thin_strand(self->ex), use_tuple);
         if (self->stopped.load()) co_return;
         if (ec) {
             if (ec == asio::error::operation_aborted) co_return;

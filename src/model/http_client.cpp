@@ -1,6 +1,8 @@
 // The library's only HTTP client translation unit: Beast's client side and Asio's TLS live here.
 #include <baton/http_client.hpp>
 
+#include "src/strand.hpp"
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -400,7 +402,7 @@ http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::stri
     for (int n = 0;; ++n) {
         auto conn = n == 0 ? self->take(t->key) : nullptr;
         const bool reused = conn != nullptr;
-        auto strand = reused ? conn->strand : asio::any_io_executor(asio::make_strand(self->ex));
+        auto strand = reused ? conn->strand : detail::make_thin_strand(self->ex);
         attempt_result r;
         try {
             r = co_await asio::co_spawn(
