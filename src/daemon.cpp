@@ -30,6 +30,14 @@
 #include <malloc.h>
 #endif
 
+#ifdef BATON_JEMALLOC
+// jemalloc's settings, read at its start: one arena per CPU (its default, four per CPU, makes
+// ~0.3 MB more idle RSS). MALLOC_CONF in the environment adds to and overrides this.
+extern "C" {
+const char* malloc_conf = "percpu_arena:percpu";
+}
+#endif
+
 namespace baton {
 
 namespace {
@@ -39,9 +47,10 @@ using asio::ip::tcp;
 // buffers over 128 KiB (a long context's request body) by mmap: under load the io threads'
 // arenas shrink and grow again many times a second (madvise, page faults, consolidation), ~8% of
 // the daemon's CPU per turn in bench/RESULTS.md. A daemon keeps what it freed, up to 64 MiB.
-// GLIBC_TUNABLES or MALLOC_* in the environment win over this.
+// GLIBC_TUNABLES or MALLOC_* in the environment win over this. Built with jemalloc (the default,
+// see CMakeLists.txt), none of this applies: jemalloc keeps freed pages for a while on its own.
 void tune_malloc() {
-#ifdef __GLIBC__
+#if defined(__GLIBC__) && !defined(BATON_JEMALLOC)
     if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
         std::getenv("MALLOC_MMAP_THRESHOLD_"))
         return;
