@@ -225,6 +225,15 @@ std::string metrics_registry::render(const metrics_gauges& g) const {
     gauge(out, "baton_queue_depth", "Turns waiting in session queues.", g.queue_depth);
     gauge(out, "baton_turns_running", "Turns running now.", g.turns_running);
     gauge(out, "baton_sessions_live", "Session actors in memory.", g.sessions_live);
+    header(out, "baton_store_batches_total", "counter",
+           "Store transactions committed by the store thread (group commit).");
+    sample_name(out, "baton_store_batches_total");
+    append_uint(out, g.store_batches);
+    out += '\n';
+    header(out, "baton_store_calls_total", "counter", "Store calls those transactions carried.");
+    sample_name(out, "baton_store_calls_total");
+    append_uint(out, g.store_calls);
+    out += '\n';
 
     header(out, "baton_outbox_items", "gauge", "Outbox items, by status.");
     if (g.outbox) {

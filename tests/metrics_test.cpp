@@ -364,6 +364,8 @@ BOOST_AUTO_TEST_CASE(a_fresh_daemon_shows_every_family_at_zero) {
                                                    {"baton_queue_depth", "gauge"},
                                                    {"baton_turns_running", "gauge"},
                                                    {"baton_sessions_live", "gauge"},
+                                                   {"baton_store_batches_total", "counter"},
+                                                   {"baton_store_calls_total", "counter"},
                                                    {"baton_outbox_items", "gauge"},
                                                    {"baton_outbox_uncertain_items", "gauge"},
                                                    {"baton_open_connections", "gauge"},
@@ -468,6 +470,11 @@ BOOST_AUTO_TEST_CASE(completed_turns_count_once_per_stage_and_model_call) {
     BOOST_TEST(model_calls(e, "ok") == turns + 1);
     BOOST_TEST(model_calls(e, "error") == 0);
     BOOST_TEST(e.value("baton_queue_depth") == 0);
+    // SQLite: a turn is at least four store calls (stored, running, saved, finished), committed
+    // in batches of one or more.
+    BOOST_TEST(e.value("baton_store_calls_total") >= 4 * turns);
+    BOOST_TEST(e.value("baton_store_batches_total") >= 1);
+    BOOST_TEST(e.value("baton_store_batches_total") <= e.value("baton_store_calls_total"));
     // Counters only grow: a second scrape reads the same numbers.
     auto again = scrape(d);
     BOOST_TEST(outcome(again, "completed") == turns);

@@ -67,6 +67,10 @@ struct metrics_gauges {
     std::int64_t queue_depth = 0;
     std::int64_t turns_running = 0;
     std::int64_t sessions_live = 0;
+    // Group commit: transactions committed by the store thread, and the store calls they carried
+    // (0 and 0 for a store called inline, like the memory store).
+    std::uint64_t store_batches = 0;
+    std::uint64_t store_calls = 0;
     std::optional<store::outbox_counts> outbox; // nullopt: the store could not be read (no samples)
 };
 
