@@ -5,6 +5,7 @@
 // down, 429 retry_after, a wrong token) that never take the daemon down, and a drain that does not
 // wait for the long poll.
 #include "tests/daemon_fixture.hpp"
+#include "tests/fake_openai.hpp"
 #include "tests/fake_telegram.hpp"
 
 #include <boost/test/unit_test.hpp>
@@ -27,7 +28,9 @@ struct telegram_daemon : daemon_fixture {
     fake_telegram& tg;
     std::string config_path;
 
-    explicit telegram_daemon(fake_telegram& f, json::object telegram = {}, bool start_now = true)
+    // `config_extra` keys go into the config file as they are (e.g. "agents").
+    explicit telegram_daemon(fake_telegram& f, json::object telegram = {}, bool start_now = true,
+                             json::object config_extra = {})
         : daemon_fixture(deferred{}), tg(f) {
         ::setenv(token_env, token.c_str(), 1);
         json::object t{{"token_env", token_env}, {"api_base", f.api_base()}};
@@ -35,6 +38,8 @@ struct telegram_daemon : daemon_fixture {
             t[kv.key()] = kv.value();
         json::object cfg{{"storage", {{"sqlite", {{"path", (data_dir() / "baton.db").string()}}}}},
                          {"channels", {{"telegram", std::move(t)}}}};
+        for (auto& kv : config_extra)
+            cfg[kv.key()] = kv.value();
         config_path = write_file("baton.json", json::serialize(cfg)).string();
         if (start_now) run();
     }
@@ -207,6 +212,37 @@ BOOST_AUTO_TEST_CASE(an_update_fetched_again_is_a_replay_not_a_second_turn) {
     BOOST_TEST_REQUIRE(tg.wait_sent(2, 10s));
     std::this_thread::sleep_for(300ms);
     BOOST_TEST(tg.sent().size() == 2u); // one reply each
+}
+
+// A chat's session queue holds one message while a slow model answers the one before: the
+// messages after it wait at the Bot API (unconfirmed) and are fetched again until there is room,
+// instead of being dropped. Another chat's message behind them waits too, and is not lost either.
+BOOST_AUTO_TEST_CASE(a_full_session_queue_holds_updates_until_there_is_room) {
+    fake_telegram tg(token);
+    fake_openai model;
+    constexpr int burst = 4;
+    for (int i = 0; i < burst + 1; ++i)
+        model.push(fake_reply::completion("answer " + std::to_string(i)).after(400ms));
+    json::object agents{
+        {"default",
+         {{"model", {{"provider", "openai"}, {"base_url", model.base_url()}, {"model", "fake-1"},
+                     {"stream", false}, {"timeout_ms", 5000}}},
+          {"admission", {{"mode", "queue"}, {"max_queued", 1}}}}}};
+    for (int i = 0; i < burst; ++i)
+        tg.push_message(42, "m" + std::to_string(i));
+    auto other = tg.push_message(7, "from another chat");
+    telegram_daemon d(tg, {{"poll_timeout_s", 1}}, true, {{"agents", std::move(agents)}});
+    auto view = d.wait_turns(42, burst, 20s);
+    BOOST_TEST(int_at(view, "turns") == burst);
+    BOOST_TEST((d.user_texts(42) == std::vector<std::string>{"m0", "m1", "m2", "m3"}));
+    d.wait_turns(7, 1, 10s);
+    BOOST_TEST((d.user_texts(7) == std::vector<std::string>{"from another chat"}));
+    d.wait_past(other);
+    BOOST_TEST(tg.queued() == 0u);
+    auto text = d.log();
+    BOOST_TEST(text.find("session_queue_full") != std::string::npos, text);
+    BOOST_TEST(text.find("message dropped") == std::string::npos, text);
+    BOOST_TEST(d.stop() == 0);
 }
 
 BOOST_AUTO_TEST_CASE(debounce_joins_messages_and_a_command_goes_alone) {

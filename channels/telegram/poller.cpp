@@ -338,10 +338,15 @@ asio::awaitable<bool> poller::impl::admit(const ready_message& m) {
     switch (err.code) {
     case errc::draining:
     case errc::internal_error:
+    // A full session queue (or daemon) has room again once a turn ends: the message and those
+    // after it wait, unconfirmed, and are fetched again after backoff_min. A chat cannot answer
+    // a 429 by sending again later, so dropping it would lose it.
+    case errc::session_queue_full:
+    case errc::overloaded:
         log::warn("telegram: message not stored; it will be fetched again", std::move(fields));
         co_return false;
     default:
-        // A full session queue, an unknown route: retrying the same message cannot help.
+        // An unknown agent or channel: retrying the same message cannot help.
         log::warn("telegram: message dropped", std::move(fields));
         co_return true;
     }
