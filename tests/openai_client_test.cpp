@@ -177,6 +177,7 @@ BOOST_FIXTURE_TEST_CASE(text_completion_without_streaming, openai_fixture) {
     BOOST_TEST(reqs[0].method == "POST");
     BOOST_TEST(reqs[0].target == "/v1/chat/completions");
     BOOST_TEST(reqs[0].header("content-type").value_or("") == "application/json");
+    BOOST_TEST(reqs[0].header("user-agent").value_or("") == "baton/0.1.0"); // the project's version
     const auto& body = reqs[0].body.as_object();
     BOOST_TEST(body.at("model") == "gpt-test");
     BOOST_TEST(body.at("stream") == false);

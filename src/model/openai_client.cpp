@@ -361,7 +361,7 @@ private:
     http_headers request_headers() const {
         http_headers h{{"Content-Type", "application/json"},
                        {"Accept", cfg_.stream ? "text/event-stream" : "application/json"},
-                       {"User-Agent", "baton/0.1"}};
+                       {"User-Agent", "baton/" BATON_VERSION}};
         const char* key = cfg_.api_key_env.empty() ? nullptr : std::getenv(cfg_.api_key_env.c_str());
         if (key && *key) h.emplace_back("Authorization", std::string("Bearer ") + key);
         return h;
