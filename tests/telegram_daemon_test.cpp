@@ -223,11 +223,14 @@ BOOST_AUTO_TEST_CASE(a_full_session_queue_holds_updates_until_there_is_room) {
     constexpr int burst = 4;
     for (int i = 0; i < burst + 1; ++i)
         model.push(fake_reply::completion("answer " + std::to_string(i)).after(400ms));
-    json::object agents{
-        {"default",
-         {{"model", {{"provider", "openai"}, {"base_url", model.base_url()}, {"model", "fake-1"},
-                     {"stream", false}, {"timeout_ms", 5000}}},
-          {"admission", {{"mode", "queue"}, {"max_queued", 1}}}}}};
+    json::object agents{{"default",
+                         {{"model",
+                           {{"provider", "openai"},
+                            {"base_url", model.base_url()},
+                            {"model", "fake-1"},
+                            {"stream", false},
+                            {"timeout_ms", 5000}}},
+                          {"admission", {{"mode", "queue"}, {"max_queued", 1}}}}}};
     for (int i = 0; i < burst; ++i)
         tg.push_message(42, "m" + std::to_string(i));
     auto other = tg.push_message(7, "from another chat");

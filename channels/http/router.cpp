@@ -1,7 +1,7 @@
 #include "channels/http/router.hpp"
 
-#include <boost/url/parse.hpp>
 #include <boost/url/decode_view.hpp>
+#include <boost/url/parse.hpp>
 #include <boost/url/parse_query.hpp>
 #include <boost/url/url_view.hpp>
 

@@ -412,7 +412,8 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
 
 asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self) {
     for (;;) {
-        auto [ec, socket] = co_await self->acceptor.async_accept(detail::make_thin_strand(self->ex), use_tuple);
+        auto [ec, socket] =
+            co_await self->acceptor.async_accept(detail::make_thin_strand(self->ex), use_tuple);
         if (self->stopped.load()) co_return;
         if (ec) {
             if (ec == asio::error::operation_aborted) co_return;
