@@ -188,7 +188,7 @@ int run_embedded(const options& opt) {
     tally warm, measured;
     int exit_code = 0;
     double elapsed = 0;
-    std::uint64_t cpu_before = 0, cpu_after = 0;
+    double cpu_before = 0, cpu_after = 0;
     try {
         run_phase(ioc, rt, sessions, warmup, warm);
         cpu_before = self_cpu_us();
@@ -216,7 +216,7 @@ int run_embedded(const options& opt) {
     }
     double peak_rss_mb = read_proc(static_cast<int>(getpid())).hwm_mb;
     auto n = static_cast<double>(measured.ok.load());
-    double cpu_per_turn = n > 0 ? static_cast<double>(cpu_after - cpu_before) / n : 0;
+    double cpu_per_turn = n > 0 ? (cpu_after - cpu_before) / n : 0;
     double per_s = elapsed > 0 ? n / elapsed : 0;
     // The instructions and the new user message are not history.
     std::size_t history =

@@ -423,7 +423,7 @@ int run_load(const options& opt) {
     double turns = static_cast<double>(all.terminal);
     double per_s = seconds > 0 ? turns / seconds : 0;
     double polls = turns > 0 ? static_cast<double>(all.polls) / turns : 0;
-    double self_us = turns > 0 ? static_cast<double>(self1 - self0) / turns : 0;
+    double self_us = turns > 0 ? (self1 - self0) / turns : 0;
 
     std::cout << "load: " << all.terminal << " turns (" << all.completed << " completed) in "
               << fixed(seconds, 2) << " s, " << s.clients << " clients, " << s.sessions << " sessions, "

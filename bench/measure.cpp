@@ -1,6 +1,7 @@
 #include "bench/measure.hpp"
 
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,13 +49,10 @@ proc_sample read_proc(int pid) {
     return s;
 }
 
-std::uint64_t self_cpu_us() {
-    rusage u{};
-    getrusage(RUSAGE_SELF, &u);
-    auto us = [](const timeval& t) {
-        return static_cast<std::uint64_t>(t.tv_sec) * 1000000 + static_cast<std::uint64_t>(t.tv_usec);
-    };
-    return us(u.ru_utime) + us(u.ru_stime);
+double self_cpu_us() {
+    timespec ts{};
+    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
 latency summarize(std::vector<double>& v) {

@@ -18,8 +18,9 @@ struct proc_sample {
 // /proc/PID/stat and /proc/PID/status of another process (Linux).
 proc_sample read_proc(int pid);
 
-// This process's user + system CPU time (getrusage).
-std::uint64_t self_cpu_us();
+// This process's CPU time, every thread, user + system, in µs (CLOCK_PROCESS_CPUTIME_ID: fine
+// enough to time a single turn of a few µs).
+double self_cpu_us();
 
 // Latencies in ms: sorts `v` and takes nearest-rank percentiles (all 0 when `v` is empty).
 struct latency {

@@ -3,6 +3,7 @@
 // and the average wall time per stage hop (7 hops a turn, all threads together). With
 // `--session-length N`: N turns in one session, comparing the first 100 with the last 100.
 #include "bench/bench.hpp"
+#include "bench/measure.hpp"
 
 #include <baton/framework.hpp>
 
@@ -17,7 +18,6 @@
 #include <iostream>
 #include <thread>
 
-#include <ctime>
 #include <sched.h>
 #include <unistd.h>
 
@@ -51,13 +51,6 @@ asio::awaitable<void> session_loop(framework& fw, std::string sid,
 } // namespace
 
 namespace {
-// This process's CPU time (every thread: the store's runs apart from the turn's), in µs.
-double process_cpu_us() {
-    timespec ts{};
-    ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
-}
-
 // Pins the calling thread, and the threads it starts from now on, to the core it runs on.
 void pin_to_this_core() {
     cpu_set_t set;
@@ -81,13 +74,13 @@ int run_session_length(framework& fw, std::int64_t turns, const std::string& sto
         in.session_id = "long-session";
         in.text = "hello";
         for (std::int64_t i = 0; i < turns; ++i) {
-            auto c0 = process_cpu_us();
+            auto c0 = self_cpu_us();
             auto t0 = std::chrono::steady_clock::now();
             co_await fw.process_inbound(in);
             auto at = static_cast<std::size_t>(i);
             auto elapsed = std::chrono::steady_clock::now() - t0;
             us[at] = std::chrono::duration<double, std::micro>(elapsed).count();
-            cpu[at] = process_cpu_us() - c0;
+            cpu[at] = self_cpu_us() - c0;
         }
     };
     asio::co_spawn(ctx, one_session(), [](std::exception_ptr e) {

@@ -241,22 +241,16 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
     }
     // The sender follows its session: it sees the turn's events and gets the reply.
     co_await ch_.subscribe(shared_from_this(), ar.session_id);
-    // `accepted` goes out as soon as the message is stored, before the turn can start: its
-    // events and reply, sent from other threads as they happen, always come after it.
-    bool announced = false;
-    auto announce = [this, &announced, frame = frame_id(id), sid = ar.session_id](const accepted& ok) {
-        announced = true;
+    // `accepted` goes out as soon as the message is stored (accept() calls this for every message
+    // it accepts, replays included, while this frame waits for it), before the turn can start:
+    // its events and reply, sent from other threads as they happen, always come after it.
+    ar.on_stored = [this, frame = frame_id(id), sid = ar.session_id](const accepted& ok) {
         send(json::serialize(json::object{
             {"type", "accepted"}, {"id", frame}, {"turn_id", ok.turn_id}, {"session", sid}}));
     };
-    // Called within accept(), while this frame waits for it.
-    ar.on_stored = std::ref(announce);
     auto result = co_await ch_.rt().accept(std::move(ar));
-    if (auto* err = std::get_if<api_error>(&result)) {
+    if (auto* err = std::get_if<api_error>(&result))
         send(error_frame(id, code_name(err->code), err->message));
-        co_return;
-    }
-    if (!announced) announce(std::get<accepted>(result));
 }
 } // namespace
 
