@@ -24,6 +24,11 @@ BOOST_AUTO_TEST_CASE(routes_and_parameters) {
     BOOST_TEST(!query_param_int(m.query, "other").value);
     BOOST_TEST(!query_param_int("after=-1", "after").error.empty());
     BOOST_TEST(!query_param_int("after=1x", "after").error.empty());
+    // A repeated parameter: the last one counts, and a bad one is an error without a value.
+    BOOST_TEST(*query_param_int("limit=2&limit=5", "limit").value == 5);
+    auto bad = query_param_int("limit=23&limit=10z", "limit");
+    BOOST_TEST(!bad.error.empty());
+    BOOST_TEST(!bad.value);
     BOOST_TEST((match_route("GET", "/healthz").id == route_id::healthz));
     BOOST_TEST((match_route("GET", "/v1/turns/t_x/").id == route_id::get_turn));
 }

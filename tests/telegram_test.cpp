@@ -109,6 +109,24 @@ BOOST_AUTO_TEST_CASE(send_message_answers) {
         send_outcome::kind::failed));
 }
 
+// Found by tests/fuzz/fuzz_telegram: a huge retry_after overflowed when turned into
+// milliseconds, and update_id INT64_MAX overflowed the next offset.
+BOOST_AUTO_TEST_CASE(answers_a_real_server_never_sends) {
+    auto huge = R"({"ok": false, "error_code": 429, "parameters": {"retry_after": 2233720368547758084}})";
+    BOOST_TEST(parse_get_updates(429, huge).retry_after.value_or(std::chrono::seconds(0)).count() ==
+               86400);
+    BOOST_TEST(parse_send_message(429, huge).retry_after.value_or(std::chrono::milliseconds(0)).count() ==
+               86400000);
+    auto r = parse_get_updates(200, updates_body(R"([
+        {"update_id": 9223372036854775807, "message": {"chat": {"id": 5}, "text": "a"}},
+        {"update_id": -3, "message": {"chat": {"id": 5}, "text": "b"}},
+        {"update_id": 4, "message": {"chat": {"id": 5}, "text": "c"}}])"));
+    BOOST_TEST((r.what == poll_result::kind::ok));
+    BOOST_REQUIRE_EQUAL(r.updates.size(), 1u);
+    BOOST_TEST(r.updates[0].text == "c");
+    BOOST_TEST(r.next_offset == 5);
+}
+
 BOOST_AUTO_TEST_CASE(request_shapes) {
     BOOST_TEST(method_url("http://x/", "1:t", "getUpdates") == "http://x/bot1:t/getUpdates");
     BOOST_TEST(bot_id("123456:abc") == "123456");

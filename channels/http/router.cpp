@@ -114,6 +114,7 @@ query_int query_param_int(std::string_view query, std::string_view name) {
         std::int64_t n = 0;
         auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
         if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < 0) {
+            r.value.reset(); // a repeated parameter may have set one
             r.error = std::string(name) + ": expected a non-negative integer";
             return r;
         }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
+#include <limits>
 
 namespace baton::telegram {
 
@@ -37,6 +38,9 @@ api_error_info error_info_of(unsigned status, std::string_view body) {
         out.description = string_member(o, "description");
         if (const auto* p = o.if_contains("parameters"); p && p->is_object())
             out.retry_after = int_member(p->get_object(), "retry_after");
+        // A day is as good as "too long" (as for the other channels' Retry-After): a larger value
+        // would overflow once turned into milliseconds.
+        if (out.retry_after) out.retry_after = std::min<std::int64_t>(*out.retry_after, 86400);
     }
     if (out.description.empty()) out.description = "HTTP " + std::to_string(status);
     return out;
@@ -123,7 +127,9 @@ poll_result parse_get_updates(unsigned status, std::string_view body) {
         const auto* u = item.if_object();
         if (!u) continue;
         auto id = int_member(*u, "update_id");
-        if (!id) continue;
+        // The Bot API numbers updates from 1 up; anything else (or one whose successor would not
+        // fit the next offset) is not an update of a real server: skipped, never a confirmed offset.
+        if (!id || *id < 0 || *id == std::numeric_limits<std::int64_t>::max()) continue;
         r.next_offset = std::max(r.next_offset, *id + 1);
         const auto* m = u->if_contains("message");
         const auto* msg = m ? m->if_object() : nullptr;
