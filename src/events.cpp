@@ -38,7 +38,7 @@ turn_log::read_result turn_log::read_after(std::int64_t after, std::size_t max,
     read_result r;
     std::lock_guard lock(mutex_);
     std::int64_t first = events_.empty() ? next_seq_ : events_.front()->seq;
-    if (after + 1 < first) {
+    if (after < first - 1) { // not after + 1: a client's Last-Event-ID may be INT64_MAX
         r.gap_from = after + 1;
         r.gap_to = first - 1;
         after = first - 1;

@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <limits>
 #include <thread>
 
 using namespace baton::test;
@@ -93,6 +94,10 @@ BOOST_AUTO_TEST_CASE(last_event_id_and_after_resume_after_that_seq) {
     // After the last one: nothing more, and the stream still ends.
     auto none = events_of(d, tid, "?after=" + std::to_string(all.back().id));
     BOOST_TEST(none.empty());
+    // The largest id a client can send (found by probing the ASan daemon: after + 1 overflowed).
+    auto largest = events_of(d, tid, "", {{"Last-Event-ID", "9223372036854775807"}});
+    BOOST_TEST(largest.empty());
+    BOOST_TEST(events_of(d, tid, "?after=9223372036854775807").empty());
     auto bad = d.request("GET", "/v1/turns/" + tid + "/events?after=x");
     check_error(bad, 400, "invalid_request");
     auto unknown = d.request("GET", "/v1/turns/t_01m8p3g4mhdmdqxn8qwp6jwrbk/events");
@@ -133,6 +138,10 @@ BOOST_AUTO_TEST_CASE(a_late_subscriber_after_a_restart_still_gets_turn_finished)
     BOOST_TEST(frames[0].event == "turn.finished");
     BOOST_TEST(frames[0].data.at("status").as_string() == "completed");
     BOOST_TEST(frames[0].data.at("reply").as_string() == "remembered");
+    // Its id follows the client's, even the largest one.
+    auto resumed = events_of(d, tid, "", {{"Last-Event-ID", "9223372036854775807"}});
+    BOOST_TEST_REQUIRE(resumed.size() == 1u);
+    BOOST_TEST(resumed[0].id == std::numeric_limits<std::int64_t>::max());
 }
 
 BOOST_AUTO_TEST_CASE(a_live_stream_follows_the_turn_and_sends_heartbeats_while_idle) {

@@ -209,6 +209,26 @@ BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     BOOST_FAIL("no room for a new WebSocket connection after the first one closed");
 }
 
+// Found by probing the daemon by hand: Beast's own refusals had a plain-text body.
+BOOST_AUTO_TEST_CASE(a_bad_handshake_gets_the_api_error_shape) {
+    model_daemon d;
+    auto c = d.connect();
+    auto old = c.request("GET", "/v1/ws", {},
+                         {{"Upgrade", "websocket"},
+                          {"Connection", "Upgrade"},
+                          {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                          {"Sec-WebSocket-Version", "8"}});
+    check_error(old, 426, "invalid_request");
+    BOOST_TEST(old.header("Sec-WebSocket-Version").value_or("") == "13");
+    // The same connection still answers HTTP.
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
+    auto no_key = c.request("GET", "/v1/ws", {},
+                            {{"Upgrade", "websocket"}, {"Connection", "Upgrade"},
+                             {"Sec-WebSocket-Version", "13"}});
+    check_error(no_key, 400, "invalid_request");
+    BOOST_TEST(no_key.body.find("Sec-WebSocket-Key") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(cancel_over_websocket_stops_the_running_turn) {
     model_daemon d;
     d.model.push(fake_reply::completion("too late").after(std::chrono::milliseconds(3000)));

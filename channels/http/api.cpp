@@ -6,6 +6,7 @@
 #include <baton/log.hpp>
 
 #include <cctype>
+#include <limits>
 
 namespace baton::http {
 
@@ -287,7 +288,7 @@ api::open_events(const request_view& req, const std::string& tid, std::string_vi
     }
     // Its events are no longer kept: a late subscriber still learns how it ended.
     auto fin = std::make_shared<turn_event>();
-    fin->seq = es.after + 1;
+    fin->seq = es.after < std::numeric_limits<std::int64_t>::max() ? es.after + 1 : es.after;
     fin->type = "turn.finished";
     fin->data = json::serialize(finished_event_data(*rec));
     es.final_only = std::move(fin);

@@ -345,6 +345,23 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         std::string turn_id, query;
         auto kind = classify(req, turn_id, query);
         if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
+            // What Beast's accept would refuse with a plain-text body, refused here in the API's
+            // error shape (RFC 6455 4.2.1, 4.4: a version other than 13 gets 426 and the one we speak).
+            auto key = req[bhttp::field::sec_websocket_key];
+            auto version = req[bhttp::field::sec_websocket_version];
+            if (key.empty() || key.size() > 24 || version != "13") {
+                auto r = http::error_reply(
+                    errc::invalid_request,
+                    key.empty() || key.size() > 24
+                        ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
+                        : "Sec-WebSocket-Version: 13 expected, not '" + std::string(version) + "'");
+                if (!key.empty() && key.size() <= 24) {
+                    r.status = 426;
+                    r.headers.emplace_back("Sec-WebSocket-Version", "13");
+                }
+                if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
+                continue;
+            }
             auto slot = self->ws->try_open();
             if (!slot) {
                 // The and API's word for a full channel: 503 at the upgrade.
