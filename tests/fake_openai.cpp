@@ -254,7 +254,7 @@ struct fake_openai::impl {
         std::size_t total = 0;
         for (const auto& p : r.pieces)
             total += p.size();
-        std::string head = "HTTP/1.1 " + std::to_string(r.status) + " " +
+        std::string head = r.interim + "HTTP/1.1 " + std::to_string(r.status) + " " +
                            std::string(bhttp::obsolete_reason(static_cast<bhttp::status>(r.status))) +
                            "\r\n";
         for (const auto& [k, v] : r.headers)

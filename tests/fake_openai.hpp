@@ -47,6 +47,7 @@ struct fake_reply {
     std::optional<std::size_t> drop_after;    // close the connection after this many body bytes
     bool send_head = true;                    // false with drop_after: close without answering
     bool close = false;                       // answer with Connection: close
+    std::string interim;                      // raw bytes before the status line (1xx answers)
 
     // A chat.completion object; tool calls as {id, name, arguments}.
     static fake_reply completion(std::string text, std::vector<std::vector<std::string>> tool_calls = {},

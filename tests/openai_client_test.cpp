@@ -363,6 +363,49 @@ BOOST_FIXTURE_TEST_CASE(stream_broken_after_text_is_not_retried, openai_fixture)
     BOOST_TEST(server.requests().size() == 1u);
 }
 
+// Found with a model server that answered broken streams: a body that ended without [DONE] was
+// taken as complete whatever it held, so a cut stream became a short reply and a body of
+// garbage an empty one.
+BOOST_FIXTURE_TEST_CASE(a_stream_without_done_needs_a_finish_reason, openai_fixture) {
+    cfg.stream = true;
+    // Some compatible servers omit [DONE]: a finish_reason is enough.
+    server.push(fake_reply::sse({chunk({{"content", "all"}}), chunk({}, "stop")}, 0, false, false));
+    BOOST_TEST(complete().text == "all");
+
+    // Text and then the end of the body, with neither: cut short, and already shown.
+    server.push(fake_reply::sse({chunk({{"content", "half"}})}, 0, false, false));
+    server.push(fake_reply::stream_text({"never asked for"}));
+    deltas.clear();
+    auto msg = model_error();
+    BOOST_TEST(contains(msg, "without [DONE] or a finish_reason"), msg);
+    BOOST_TEST(deltas == std::vector<std::string>{"half"});
+    BOOST_TEST(server.pending() == 1u);
+    BOOST_TEST(complete().text == "never asked for");
+
+    // An event stream without a single event (nothing shown yet): tried again.
+    auto garbage = fake_reply::sse({}, 0, false, false);
+    garbage.pieces = {"\x1f\x8b garbage, not events"};
+    server.push(garbage);
+    server.push(fake_reply::stream_text({"second try"}));
+    deltas.clear();
+    BOOST_TEST(complete().text == "second try");
+    BOOST_TEST(server.requests().size() == 5u);
+}
+
+// Interim answers before the real one are skipped (they were taken as the answer: "HTTP 100").
+BOOST_FIXTURE_TEST_CASE(interim_1xx_answers_are_skipped, openai_fixture) {
+    auto r = fake_reply::completion("after the interim ones");
+    r.interim = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n";
+    server.push(r);
+    BOOST_TEST(complete().text == "after the interim ones");
+    cfg.stream = true;
+    auto s = fake_reply::stream_text({"streamed ", "too"});
+    s.interim = "HTTP/1.1 100 Continue\r\n\r\n";
+    server.push(s);
+    BOOST_TEST(complete().text == "streamed too");
+    BOOST_TEST(server.requests().size() == 2u);
+}
+
 BOOST_FIXTURE_TEST_CASE(cancellation_during_a_slow_answer_is_prompt, openai_fixture) {
     server.push(fake_reply::completion("too late").after(milliseconds(2000)));
     auto t0 = steady::now();

@@ -24,6 +24,7 @@
 #include <charconv>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 // Asio's TLS implementation is compiled once, here (BOOST_ASIO_SEPARATE_COMPILATION): the
@@ -190,16 +191,24 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
         st.ec = wec;
         co_return;
     }
-    bhttp::response_parser<bhttp::buffer_body> p;
-    p.body_limit(body_limit);
-    if (req.method() == bhttp::verb::head) p.skip(true);
-    c.tcp().expires_at(deadline);
-    auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, p, use_tuple);
-    st.got_response = p.got_some();
-    if (hec) {
-        st.ec = hec;
-        co_return;
+    std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
+    // Interim answers (100 Continue, 103 Early Hints) come before the real one and are skipped
+    // (RFC 9110 15.2); a few at most, so that a peer cannot keep us here.
+    for (int interim = 0;; ++interim) {
+        parser.emplace();
+        parser->body_limit(body_limit);
+        if (req.method() == bhttp::verb::head) parser->skip(true);
+        c.tcp().expires_at(deadline);
+        auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, *parser, use_tuple);
+        st.got_response = st.got_response || parser->got_some();
+        if (hec) {
+            st.ec = hec;
+            co_return;
+        }
+        auto code = parser->get().result_int();
+        if (code < 100 || code >= 200 || code == 101 || interim == 4) break;
     }
+    auto& p = *parser;
     out.status = p.get().result_int();
     for (const auto& f : p.get())
         out.headers.emplace_back(f.name_string(), f.value());
