@@ -4,6 +4,7 @@
 #include "src/admission.hpp"
 #include "src/turn_cache.hpp"
 
+#include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -73,7 +74,8 @@ struct runtime::impl {
     asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a);
     asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                    std::vector<turn_record> collected);
-    asio::awaitable<void> store_final(turn_record rec);
+    // Stores a turn's end and publishes it; `retry`: until stored (or draining), else once.
+    asio::awaitable<void> store_final(turn_record rec, bool retry = true);
     // A message folded into a running turn (collect, steer) now counts as running (the caller
     // has stored it so, at `at`).
     void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier, time_ms at);
@@ -414,17 +416,41 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     rt.running_.fetch_sub(1);
 }
 
-asio::awaitable<void> runtime::impl::store_final(turn_record rec) {
+asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
     rec.finished_at = now_ms();
     // Counted before anyone can read the final record.
     rt.fw_.metrics().turn_finished(rec.status);
-    try {
-        auto finish = [rec](store& s) { s.finish_turn(rec); };
-        co_await rt.fw_.db().run(std::move(finish));
-        turns.finished(rec);
-    } catch (const std::exception& e) {
-        turns.forget(rec.turn_id);
-        log::error("cannot store the end of a turn", {{"turn_id", rec.turn_id}, {"error", e.what()}});
+    // The end of a turn is tried again until it is stored (a full disk, an I/O error that
+    // passes): until then the turn reads as running, and turn.finished waits, so that no reader
+    // learns an outcome a crash could still take back. A daemon that is draining gives up: the
+    // turn then ends as the next start decides for a turn found running (`abandoned`, or run
+    // again), as if the process had died.
+    std::chrono::milliseconds pause{50};
+    for (int attempt = 1;; ++attempt) {
+        try {
+            auto finish = [rec](store& s) { s.finish_turn(rec); };
+            co_await rt.fw_.db().run(std::move(finish));
+            turns.finished(rec);
+            if (attempt > 1)
+                log::info("stored the end of a turn at last",
+                          {{"turn_id", rec.turn_id}, {"attempts", attempt}});
+            break;
+        } catch (const std::exception& e) {
+            bool give_up = !retry || rt.draining();
+            if (attempt == 1 || give_up)
+                log::error(give_up ? "cannot store the end of a turn"
+                                   : "cannot store the end of a turn yet; trying again",
+                           {{"turn_id", rec.turn_id}, {"error", e.what()}});
+            if (give_up) {
+                // Nobody is told an end that is not stored: as after a crash, the stream stops
+                // without turn.finished and the store's record decides at the next start.
+                turns.forget(rec.turn_id);
+                co_return;
+            }
+        }
+        asio::steady_timer timer(co_await asio::this_coro::executor, pause);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(5));
     }
     hub.open(rec.turn_id, rec.session_id)->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
@@ -452,7 +478,7 @@ asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id) {
     if (!rec) co_return api_error{errc::not_found, "no such turn: " + turn_id};
     if (rec->status == turn_status::queued && impl_->actors.remove_queued(rec->session_id, turn_id)) {
         rec->status = turn_status::stopped;
-        co_await impl_->store_final(std::move(*rec));
+        co_await impl_->store_final(std::move(*rec), false); // a request waits on it: once
         co_return std::nullopt;
     }
     // It may have started meanwhile.
