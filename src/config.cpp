@@ -70,7 +70,7 @@ void read_server(config_errors& e, const json::value& v, server_config& out) {
         {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
          "sse_heartbeat_ms", "events_per_turn"});
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
-        o.fail("listen", "expected HOST:PORT with port 0..65535");
+        o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
     o.read("threads", out.threads, 0);
     o.read("max_body_bytes", out.max_body_bytes, 1);
     o.read("header_timeout_ms", out.header_timeout);

@@ -2,6 +2,8 @@
 
 #include <boost/json/basic_parser_impl.hpp>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <set>
 
@@ -294,7 +296,12 @@ bool is_listen_address(std::string_view s) {
     if (port.empty() || port.size() > 5) return false;
     if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
         return false;
-    return std::stoi(std::string(port)) <= 65535;
+    if (std::stoi(std::string(port)) > 65535) return false;
+    // The daemon listens on an address, not a name (it would refuse at start what passed here).
+    if (host == "localhost") return true;
+    unsigned char addr[16];
+    if (bracketed) return inet_pton(AF_INET6, std::string(host.substr(1, host.size() - 2)).c_str(), addr) == 1;
+    return inet_pton(AF_INET, std::string(host).c_str(), addr) == 1;
 }
 
 bool is_session_id(std::string_view s) {
