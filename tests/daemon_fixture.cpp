@@ -291,8 +291,9 @@ bool connection::write(std::string_view bytes) {
     return true;
 }
 
-std::optional<http_response> connection::read_response() {
+std::optional<http_response> connection::read_response(bool head) {
     bhttp::response_parser<bhttp::string_body> parser;
+    parser.skip(head);
     parser.header_limit(64 * 1024);
     parser.body_limit(64 * 1024 * 1024);
     auto s = impl_->stream();
@@ -319,7 +320,7 @@ http_response connection::request(std::string_view method, std::string_view targ
                                   std::string_view body, const header_list& headers) {
     BOOST_REQUIRE_MESSAGE(write(format_request(method, target, body, headers)),
                           method << " " << target << ": " << impl_->error);
-    auto r = read_response();
+    auto r = read_response(method == "HEAD");
     BOOST_REQUIRE_MESSAGE(r.has_value(), method << " " << target << ": no response, " << impl_->error);
     return std::move(*r);
 }

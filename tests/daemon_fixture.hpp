@@ -61,7 +61,8 @@ public:
     // Writes every byte; false when the peer is gone or the deadline passed.
     bool write(std::string_view bytes);
     // Reads the next response; nullopt (see last_error) on close, timeout or a malformed response.
-    std::optional<http_response> read_response();
+    // `head`: the answer to a HEAD request, which has no body whatever its Content-Length says.
+    std::optional<http_response> read_response(bool head = false);
     // Writes a request and reads its response; fails the test when there is none.
     http_response request(std::string_view method, std::string_view target, std::string_view body = {},
                           const header_list& headers = {});

@@ -244,15 +244,40 @@ BOOST_FIXTURE_TEST_CASE(wrong_method_is_405_with_allow, daemon_fixture) {
         std::set<std::string> allow;
     };
     const std::vector<item> items{{"GET", "/v1/sessions/s1/messages", {"POST"}},
-                                  {"DELETE", "/v1/turns/t_x", {"GET"}},
-                                  {"PUT", "/v1/sessions/s1", {"GET"}},
-                                  {"POST", "/healthz", {"GET"}}};
+                                  {"DELETE", "/v1/turns/t_x", {"GET", "HEAD"}},
+                                  {"PUT", "/v1/sessions/s1", {"GET", "HEAD"}},
+                                  {"POST", "/healthz", {"GET", "HEAD"}}};
     for (const auto& it : items)
         BOOST_TEST_CONTEXT(it.method << " " << it.target) {
             auto r = request(it.method, it.target);
             check_error(r, 405, "method_not_allowed");
             BOOST_TEST(allow_set(r) == it.allow);
         }
+}
+
+// HEAD is GET without the body (RFC 9110 9.3.2); it was 405. A body sent by mistake would be
+// read as the next response on a keep-alive connection, hence the GET after it.
+BOOST_FIXTURE_TEST_CASE(head_answers_as_get_without_the_body, daemon_fixture) {
+    std::string tid(post_message("s1", "hi").json.at("turn_id").as_string());
+    auto c = connect();
+    for (std::string target : {std::string("/healthz"), "/v1/turns/" + tid, std::string("/v1/sessions/s1"),
+                               std::string("/v1/turns/t_01m8p3g4mhdmdqxn8qwp6jwrbk")}) {
+        BOOST_TEST_CONTEXT(target) {
+            auto get = c.request("GET", target);
+            auto head = c.request("HEAD", target);
+            BOOST_TEST(head.status == get.status);
+            BOOST_TEST(head.body.empty());
+            BOOST_TEST(head.header("Content-Type").value_or("") == get.header("Content-Type").value_or("x"));
+            if (get.status == 200u)
+                BOOST_TEST(head.header("Content-Length").value_or("") == std::to_string(get.body.size()));
+        }
+    }
+    BOOST_TEST(c.request("GET", "/healthz").json.at("status").as_string() == "ok");
+    auto refused = c.request("HEAD", "/v1/sessions/s1/messages");
+    BOOST_TEST(refused.status == 405u);
+    BOOST_TEST(refused.header("Allow").value_or("") == "POST");
+    BOOST_TEST(refused.body.empty());
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
 }
 
 BOOST_FIXTURE_TEST_CASE(invalid_json_is_400_invalid_json, daemon_fixture) {

@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE(root_is_the_web_page) {
     BOOST_TEST(m.query == "session=s1");
     m = match_route("POST", "/");
     BOOST_TEST((m.error == errc::method_not_allowed));
-    BOOST_TEST(m.allow == "GET");
+    BOOST_TEST(m.allow == "GET, HEAD");
 }
 
 BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(unknown_paths_and_wrong_methods) {
     BOOST_TEST((m.error == errc::not_found));
     m = match_route("DELETE", "/v1/turns/t1");
     BOOST_TEST((m.error == errc::method_not_allowed));
-    BOOST_TEST(m.allow == "GET");
+    BOOST_TEST(m.allow == "GET, HEAD");
     m = match_route("GET", "/v1/sessions/s1/messages");
     BOOST_TEST((m.error == errc::method_not_allowed));
     BOOST_TEST(m.allow == "POST");

@@ -44,6 +44,7 @@ struct reply {
     std::string body;
     std::string content_type = "application/json";
     std::vector<std::pair<std::string, std::string>> headers;
+    bool head = false; // an answer to HEAD: the body's Content-Length, not the body
 };
 
 reply error_reply(errc code, std::string_view message);

@@ -79,7 +79,9 @@ route_match match_route(std::string_view method, std::string_view target) {
         path_known = true;
         if (!m.allow.empty()) m.allow += ", ";
         m.allow += p.method;
-        if (p.method == method) {
+        if (p.method == "GET") m.allow += ", HEAD";
+        // HEAD is GET without the body (RFC 9110 9.3.2): the server leaves the body out.
+        if (p.method == method || (p.method == "GET" && method == "HEAD")) {
             m.allow.clear();
             m.id = p.id;
             for (std::size_t i = 0; i < n; ++i) {

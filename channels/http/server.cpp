@@ -258,7 +258,7 @@ std::string response_bytes(const http::reply& r, unsigned version, bool keep_ali
         out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
     else
         out += keep_alive ? "\r\nConnection: keep-alive\r\n\r\n" : "\r\n\r\n";
-    out += r.body;
+    if (!r.head) out += r.body;
     return out;
 }
 } // namespace
@@ -421,6 +421,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             log::error("request failed", {{"target", std::string(view.target)}, {"error", e.what()}});
             r = http::error_reply(errc::internal_error, "internal error");
         }
+        r.head = req.method() == bhttp::verb::head;
         if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
     }
     boost::system::error_code ignored;
