@@ -300,7 +300,8 @@ bool is_listen_address(std::string_view s) {
     // The daemon listens on an address, not a name (it would refuse at start what passed here).
     if (host == "localhost") return true;
     unsigned char addr[16];
-    if (bracketed) return inet_pton(AF_INET6, std::string(host.substr(1, host.size() - 2)).c_str(), addr) == 1;
+    if (bracketed)
+        return inet_pton(AF_INET6, std::string(host.substr(1, host.size() - 2)).c_str(), addr) == 1;
     return inet_pton(AF_INET, std::string(host).c_str(), addr) == 1;
 }
 

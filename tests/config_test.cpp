@@ -234,9 +234,10 @@ BOOST_AUTO_TEST_CASE(server_listen_and_tokens) {
     // Names other than localhost are refused here, as `baton serve` would refuse them at start.
     for (const char* bad : {"127.0.0.1", "127.0.0.1:65536", ":80", "::1:80", "host:http", "host:-1",
                             "999.1.1.1:80", "example.com:80", "[nonsense]:80", "1.2.3:80"})
-        BOOST_TEST(errors_of(std::string(R"({"server": {"listen": ")") + bad + "\"}}") ==
-                       "server.listen: expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)",
-                   bad);
+        BOOST_TEST(
+            errors_of(std::string(R"({"server": {"listen": ")") + bad + "\"}}") ==
+                "server.listen: expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)",
+            bad);
     BOOST_TEST(errors_of(R"({"server": {"tokens": [{"sha256": "abc", "tenant": "t"}]}})") ==
                "server.tokens[0].sha256: expected 64 hex characters");
     std::string hash(64, 'a');

@@ -260,16 +260,19 @@ BOOST_FIXTURE_TEST_CASE(wrong_method_is_405_with_allow, daemon_fixture) {
 BOOST_FIXTURE_TEST_CASE(head_answers_as_get_without_the_body, daemon_fixture) {
     std::string tid(post_message("s1", "hi").json.at("turn_id").as_string());
     auto c = connect();
-    for (std::string target : {std::string("/healthz"), "/v1/turns/" + tid, std::string("/v1/sessions/s1"),
-                               std::string("/v1/turns/t_01m8p3g4mhdmdqxn8qwp6jwrbk")}) {
+    for (std::string target :
+         {std::string("/healthz"), "/v1/turns/" + tid, std::string("/v1/sessions/s1"),
+          std::string("/v1/turns/t_01m8p3g4mhdmdqxn8qwp6jwrbk")}) {
         BOOST_TEST_CONTEXT(target) {
             auto get = c.request("GET", target);
             auto head = c.request("HEAD", target);
             BOOST_TEST(head.status == get.status);
             BOOST_TEST(head.body.empty());
-            BOOST_TEST(head.header("Content-Type").value_or("") == get.header("Content-Type").value_or("x"));
+            BOOST_TEST(head.header("Content-Type").value_or("") ==
+                       get.header("Content-Type").value_or("x"));
             if (get.status == 200u)
-                BOOST_TEST(head.header("Content-Length").value_or("") == std::to_string(get.body.size()));
+                BOOST_TEST(head.header("Content-Length").value_or("") ==
+                           std::to_string(get.body.size()));
         }
     }
     BOOST_TEST(c.request("GET", "/healthz").json.at("status").as_string() == "ok");

@@ -112,11 +112,13 @@ BOOST_AUTO_TEST_CASE(send_message_answers) {
 // Found by tests/fuzz/fuzz_telegram: a huge retry_after overflowed when turned into
 // milliseconds, and update_id INT64_MAX overflowed the next offset.
 BOOST_AUTO_TEST_CASE(answers_a_real_server_never_sends) {
-    auto huge = R"({"ok": false, "error_code": 429, "parameters": {"retry_after": 2233720368547758084}})";
+    auto huge =
+        R"({"ok": false, "error_code": 429, "parameters": {"retry_after": 2233720368547758084}})";
     BOOST_TEST(parse_get_updates(429, huge).retry_after.value_or(std::chrono::seconds(0)).count() ==
                86400);
-    BOOST_TEST(parse_send_message(429, huge).retry_after.value_or(std::chrono::milliseconds(0)).count() ==
-               86400000);
+    BOOST_TEST(
+        parse_send_message(429, huge).retry_after.value_or(std::chrono::milliseconds(0)).count() ==
+        86400000);
     auto r = parse_get_updates(200, updates_body(R"([
         {"update_id": 9223372036854775807, "message": {"chat": {"id": 5}, "text": "a"}},
         {"update_id": -3, "message": {"chat": {"id": 5}, "text": "b"}},

@@ -222,9 +222,9 @@ BOOST_AUTO_TEST_CASE(a_bad_handshake_gets_the_api_error_shape) {
     BOOST_TEST(old.header("Sec-WebSocket-Version").value_or("") == "13");
     // The same connection still answers HTTP.
     BOOST_TEST(c.request("GET", "/healthz").status == 200u);
-    auto no_key = c.request("GET", "/v1/ws", {},
-                            {{"Upgrade", "websocket"}, {"Connection", "Upgrade"},
-                             {"Sec-WebSocket-Version", "13"}});
+    auto no_key = c.request(
+        "GET", "/v1/ws", {},
+        {{"Upgrade", "websocket"}, {"Connection", "Upgrade"}, {"Sec-WebSocket-Version", "13"}});
     check_error(no_key, 400, "invalid_request");
     BOOST_TEST(no_key.body.find("Sec-WebSocket-Key") != std::string::npos);
 }

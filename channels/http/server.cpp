@@ -350,11 +350,11 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             auto key = req[bhttp::field::sec_websocket_key];
             auto version = req[bhttp::field::sec_websocket_version];
             if (key.empty() || key.size() > 24 || version != "13") {
-                auto r = http::error_reply(
-                    errc::invalid_request,
-                    key.empty() || key.size() > 24
-                        ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
-                        : "Sec-WebSocket-Version: 13 expected, not '" + std::string(version) + "'");
+                auto r = http::error_reply(errc::invalid_request,
+                                           key.empty() || key.size() > 24
+                                               ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
+                                               : "Sec-WebSocket-Version: 13 expected, not '" +
+                                                     std::string(version) + "'");
                 if (!key.empty() && key.size() <= 24) {
                     r.status = 426;
                     r.headers.emplace_back("Sec-WebSocket-Version", "13");

@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string_view method = sp == std::string_view::npos ? "GET" : in.substr(0, sp);
     std::string_view target = sp == std::string_view::npos ? in : in.substr(sp + 1);
     auto m = baton::http::match_route(method, target);
-    if (m.error && m.id != baton::http::route_id::none && !m.allow.empty() && m.session_id.size() > target.size())
+    if (m.error && m.id != baton::http::route_id::none && !m.allow.empty() &&
+        m.session_id.size() > target.size())
         std::abort();
     for (auto name : {"after", "limit", "status"}) {
         auto q = baton::http::query_param_int(m.query, name);
