@@ -46,10 +46,10 @@ std::string integrity_of(const std::filesystem::path& db) {
 constexpr std::size_t max_per_round = 1500;
 
 // Posts messages (round robin over a few sessions) until the daemon goes away, `stop` is set or
-// max_per_round were accepted; returns the turn ids it got a 202 for.
-std::vector<std::string> post_until_gone(const daemon_fixture& d, std::atomic<bool>& stop, int offset) {
+// max_per_round were accepted; returns the turn ids it got a 202 for. Runs on a thread of its own:
+// no Boost.Test check in here (they are not for other threads), hence the connection passed in.
+std::vector<std::string> post_until_gone(connection conn, std::atomic<bool>& stop, int offset) {
     std::vector<std::string> accepted;
-    auto conn = d.connect(2s);
     for (int i = offset; !stop.load() && accepted.size() < max_per_round; ++i) {
         json::object body{{"text", "m" + std::to_string(i)},
                           {"deliver", json::object{{"channel", "webhook"}, {"to", "crm"}}}};
@@ -96,7 +96,9 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_points_loses_no_message_and_no_reply) {
         d.start({"--config", config.string()});
         std::atomic<bool> stop{false};
         std::vector<std::string> got;
-        std::thread client([&] { got = post_until_gone(d, stop, round * 100000); });
+        std::thread client([&, conn = d.connect(2s)]() mutable {
+            got = post_until_gone(std::move(conn), stop, round * 100000);
+        });
         int wait_ms;
         {
             std::lock_guard lock(rng_mutex);

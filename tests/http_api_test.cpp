@@ -259,6 +259,7 @@ BOOST_FIXTURE_TEST_CASE(wrong_method_is_405_with_allow, daemon_fixture) {
 // read as the next response on a keep-alive connection, hence the GET after it.
 BOOST_FIXTURE_TEST_CASE(head_answers_as_get_without_the_body, daemon_fixture) {
     std::string tid(post_message("s1", "hi").json.at("turn_id").as_string());
+    wait_for_turn(tid); // the GET and the HEAD of each pair must see the same record
     auto c = connect();
     for (std::string target :
          {std::string("/healthz"), "/v1/turns/" + tid, std::string("/v1/sessions/s1"),

@@ -14,6 +14,7 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/test/unit_test.hpp>
@@ -377,6 +378,32 @@ BOOST_AUTO_TEST_CASE(a_full_session_queue_skips_the_fire_and_the_cursor_moves_on
     BOOST_TEST(p.session_turns("sched:busy") == 1);
     p.stop(ch);
     BOOST_TEST(p.run_until([&] { return p.finished.size() == 1; }, 5s));
+}
+
+// Found under ThreadSanitizer, whose slowness made a timer fire 290 ms late: the late slot and
+// the one that passed meanwhile fired back to back. Now a late wake-up fires once, for the latest.
+BOOST_AUTO_TEST_CASE(a_stall_longer_than_the_period_fires_once_for_the_latest_slot) {
+    inproc p;
+    const time_ms start = at(2026, 11, 30, 12, 0);
+    p.db.store().set_cursor("schedule:tick", std::to_string(start));
+    auto cfg = sched("tick", "sched:stall", "report");
+    cfg.every_ms = 300;
+    schedule::channel ch(p.ctx.get_executor(), p.rt, {cfg}, clock_at(start + 1));
+    ch.start();
+    BOOST_TEST_REQUIRE(p.run_until([&] { return p.finished.size() == 1; }, 5s)); // slot +300
+    // The process stalls 700 ms: slots +600 and +900 pass meanwhile.
+    asio::post(p.ctx, [] { std::this_thread::sleep_for(700ms); });
+    BOOST_TEST_REQUIRE(p.run_until([&] { return p.finished.size() == 3; }, 5s));
+    p.stop(ch);
+    std::vector<std::string> slots;
+    for (const auto& tid : p.finished) {
+        auto rec = p.db.store().get_turn(tid);
+        BOOST_REQUIRE(rec);
+        slots.emplace_back(rec->input.metadata.at("fire_at").as_string());
+    }
+    BOOST_TEST(slots == (std::vector<std::string>{format_time(start + 300), format_time(start + 900),
+                                                  format_time(start + 1200)}),
+               boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {

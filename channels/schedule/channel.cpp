@@ -149,6 +149,11 @@ asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
             log::info("schedule: firing a missed slot once", std::move(f));
         }
         if (!co_await wait_until(*w, o, *slot)) co_return;
+        // Woken late (a stalled or paused process): the slots that passed meanwhile are this one
+        // fire, for the latest of them, as after downtime; firing each would come in a burst.
+        if (auto latest = next_fire(w->when, last, o.now());
+            latest && *latest > *slot && *latest <= o.now())
+            slot = latest;
         co_await fire(rt, w->cfg, *slot);
         last = slot;
     }
