@@ -417,11 +417,13 @@ BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {
     auto tape = d.request("GET", "/v1/sessions/sched:tick/tape");
     BOOST_TEST(tape.body.find(R"("text":"report")") != std::string::npos, tape.body);
     BOOST_TEST(tape.body.find(R"("text":"echo: report")") != std::string::npos, tape.body);
-    // Fires are a period apart (no burst).
+    // No burst: fires come about a period apart. A timer that wakes up late (a slow or loaded
+    // machine, ThreadSanitizer) shortens the gap to the next one, hence the margin; a burst would
+    // be a few ms.
     auto times = d.user_messages("sched:tick");
     BOOST_TEST_REQUIRE(times.size() >= 3u);
     for (std::size_t i = 1; i < times.size(); ++i)
-        BOOST_TEST(times[i] - times[i - 1] >= 150, "fires " << i - 1 << " and " << i);
+        BOOST_TEST(times[i] - times[i - 1] >= 50, "fires " << i - 1 << " and " << i);
     // Its timer does not hold up a drain.
     auto t0 = std::chrono::steady_clock::now();
     BOOST_TEST(d.stop() == 0);
