@@ -408,7 +408,7 @@ BOOST_AUTO_TEST_CASE(a_stall_longer_than_the_period_fires_once_for_the_latest_sl
 
 BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {
     schedule_daemon d(json::array{every_schedule("tick", 200, "sched:tick")});
-    d.wait_turns("sched:tick", 3, 10s);
+    d.wait_turns("sched:tick", 4, 10s);
     auto s = d.request("GET", "/v1/sessions/sched:tick");
     BOOST_TEST(string_at(body_object(s), "agent") == "default");
     auto last = d.last_turn("sched:tick");
@@ -417,13 +417,15 @@ BOOST_AUTO_TEST_CASE(an_interval_schedule_runs_turns_in_its_session) {
     auto tape = d.request("GET", "/v1/sessions/sched:tick/tape");
     BOOST_TEST(tape.body.find(R"("text":"report")") != std::string::npos, tape.body);
     BOOST_TEST(tape.body.find(R"("text":"echo: report")") != std::string::npos, tape.body);
-    // No burst: fires come about a period apart. A timer that wakes up late (a slow or loaded
-    // machine, ThreadSanitizer) shortens the gap to the next one, hence the margin; a burst would
-    // be a few ms.
+    // No burst: fires come about a period apart. One short gap is the missed-fire rule at work:
+    // a fire that takes longer than the period (a slow accept: up to 300 ms under
+    // ThreadSanitizer) lets the next slot pass, and that slot then fires at once, once. Two short
+    // gaps in a row would be a burst.
     auto times = d.user_messages("sched:tick");
-    BOOST_TEST_REQUIRE(times.size() >= 3u);
-    for (std::size_t i = 1; i < times.size(); ++i)
-        BOOST_TEST(times[i] - times[i - 1] >= 50, "fires " << i - 1 << " and " << i);
+    BOOST_TEST_REQUIRE(times.size() >= 4u);
+    for (std::size_t i = 2; i < times.size(); ++i)
+        BOOST_TEST((times[i] - times[i - 1] >= 50 || times[i - 1] - times[i - 2] >= 50),
+                   "fires " << i - 2 << ", " << i - 1 << " and " << i);
     // Its timer does not hold up a drain.
     auto t0 = std::chrono::steady_clock::now();
     BOOST_TEST(d.stop() == 0);
