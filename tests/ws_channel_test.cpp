@@ -13,6 +13,15 @@ using namespace baton::test;
 
 namespace {
 
+// The headers of a WebSocket upgrade request by hand; `key` empty: none sent.
+header_list upgrade_headers(std::string version = "13",
+                            std::string key = "dGhlIHNhbXBsZSBub25jZQ==") {
+    header_list h{{"Upgrade", "websocket"}, {"Connection", "Upgrade"}};
+    if (!key.empty()) h.emplace_back("Sec-WebSocket-Key", std::move(key));
+    h.emplace_back("Sec-WebSocket-Version", std::move(version));
+    return h;
+}
+
 std::unique_ptr<ws_client> open_ws(const daemon_fixture& d) {
     return std::make_unique<ws_client>(d.daemon->host(), d.daemon->port());
 }
@@ -186,10 +195,7 @@ BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     first->barrier();
     auto c = d.connect();
     auto r = c.request("GET", "/v1/ws", {},
-                       {{"Upgrade", "websocket"},
-                        {"Connection", "Upgrade"},
-                        {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
-                        {"Sec-WebSocket-Version", "13"}});
+                       upgrade_headers());
     check_error(r, 503, "overloaded");
     // A plain GET is told to upgrade.
     auto plain = d.request("GET", "/v1/ws");
@@ -199,10 +205,7 @@ BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     for (int i = 0; i < 100; ++i) {
         auto probe = d.connect();
         auto pr = probe.request("GET", "/v1/ws", {},
-                                {{"Upgrade", "websocket"},
-                                 {"Connection", "Upgrade"},
-                                 {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
-                                 {"Sec-WebSocket-Version", "13"}});
+                                upgrade_headers());
         if (pr.status == 101u) return;
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -214,17 +217,14 @@ BOOST_AUTO_TEST_CASE(a_bad_handshake_gets_the_api_error_shape) {
     model_daemon d;
     auto c = d.connect();
     auto old = c.request("GET", "/v1/ws", {},
-                         {{"Upgrade", "websocket"},
-                          {"Connection", "Upgrade"},
-                          {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
-                          {"Sec-WebSocket-Version", "8"}});
+                         upgrade_headers("8"));
     check_error(old, 426, "invalid_request");
     BOOST_TEST(old.header("Sec-WebSocket-Version").value_or("") == "13");
     // The same connection still answers HTTP.
     BOOST_TEST(c.request("GET", "/healthz").status == 200u);
     auto no_key = c.request(
         "GET", "/v1/ws", {},
-        {{"Upgrade", "websocket"}, {"Connection", "Upgrade"}, {"Sec-WebSocket-Version", "13"}});
+        upgrade_headers("13", ""));
     check_error(no_key, 400, "invalid_request");
     BOOST_TEST(no_key.body.find("Sec-WebSocket-Key") != std::string::npos);
 }
@@ -276,10 +276,7 @@ BOOST_AUTO_TEST_CASE(a_peer_that_stops_answering_pings_is_closed_after_the_idle_
     model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"idle_timeout_ms", 400}}}}}});
     auto c = d.connect(std::chrono::milliseconds(5000));
     auto r = c.request("GET", "/v1/ws", {},
-                       {{"Upgrade", "websocket"},
-                        {"Connection", "Upgrade"},
-                        {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
-                        {"Sec-WebSocket-Version", "13"}});
+                       upgrade_headers());
     BOOST_TEST_REQUIRE(r.status == 101u);
     // This peer never answers: the daemon pings, then gives up.
     auto t0 = std::chrono::steady_clock::now();

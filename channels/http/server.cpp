@@ -349,13 +349,13 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             // error shape (RFC 6455 4.2.1, 4.4: a version other than 13 gets 426 and the one we speak).
             auto key = req[bhttp::field::sec_websocket_key];
             auto version = req[bhttp::field::sec_websocket_version];
-            if (key.empty() || key.size() > 24 || version != "13") {
+            bool bad_key = key.empty() || key.size() > 24;
+            if (bad_key || version != "13") {
                 auto r = http::error_reply(errc::invalid_request,
-                                           key.empty() || key.size() > 24
-                                               ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
-                                               : "Sec-WebSocket-Version: 13 expected, not '" +
-                                                     std::string(version) + "'");
-                if (!key.empty() && key.size() <= 24) {
+                                           bad_key ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
+                                                   : "Sec-WebSocket-Version: 13 expected, not '" +
+                                                         std::string(version) + "'");
+                if (!bad_key) {
                     r.status = 426;
                     r.headers.emplace_back("Sec-WebSocket-Version", "13");
                 }

@@ -418,11 +418,10 @@ private:
         // Without [DONE] (some compatible servers omit it) a body is complete when its last event
         // was whole and a finish_reason came; otherwise it was cut short (a server that died with
         // a close-delimited body), or was never a stream of chunks at all.
-        if (st.parser.has_partial() || st.assembler.result().finish_reason.empty()) {
-            std::string why = "the stream ended without [DONE] or a finish_reason";
-            if (st.delivered) co_return failed(outcome::fail, std::move(why));
-            co_return failed(outcome::retry, std::move(why));
-        }
+        // As for a broken connection: shown text is never shown twice, so no second attempt.
+        if (st.parser.has_partial() || st.assembler.result().finish_reason.empty())
+            co_return failed(st.delivered ? outcome::fail : outcome::retry,
+                             "the stream ended without [DONE] or a finish_reason");
         co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
     }
 
