@@ -117,7 +117,7 @@ asio::awaitable<std::optional<std::string>> model_summary(const baton::agent& ag
     std::optional<metrics_registry::call_timer> timer;
     if (metrics) timer.emplace(*metrics);
     try {
-        auto c = co_await ag.model->complete(req, [](std::string_view) {});
+        auto c = co_await ag.model->complete(req, [](const model_delta&) {});
         if (timer) timer->ok();
         if (c.text.empty()) co_return std::nullopt;
         co_return clip_tokens(c.text, cap);

@@ -74,21 +74,39 @@ asio::awaitable<bool> take_steering(turn_context& ctx, model_request& req, reque
     co_return !steered.empty();
 }
 
+// The tape's record of an assistant step: its text and, when it had any, its reasoning as the
+// provider sent it ({text, field, details}), kept for reading back, not for later turns' context.
+tape_entry assistant_entry(std::string_view text, const chat_completion& c) {
+    auto entry = make_message("assistant", text);
+    if (c.reasoning.empty()) return entry;
+    json::object r{{"text", c.reasoning.text}};
+    if (!c.reasoning.field.empty()) r["field"] = c.reasoning.field;
+    if (!c.reasoning.details.empty()) r["details"] = c.reasoning.details;
+    entry.payload["reasoning"] = std::move(r);
+    return entry;
+}
+
 json::object usage_json(const chat_completion& c) {
     return {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
 }
 
-// Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it.
+// Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it; reasoning
+// goes to the live events only (model.reasoning), never into the reply.
 asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_request& req) {
     auto& progress = ctx.progress();
     progress.reply.clear();
-    delta_handler on_delta = [&progress, &ctx](std::string_view piece) {
-        progress.reply.append(piece);
+    delta_handler on_delta = [&progress, &ctx](const model_delta& d) {
+        progress.reply.append(d.text);
         if (!ctx.emitting()) return;
-        std::string data = R"({"text":)";
-        append_json_string(data, piece);
-        data += '}';
-        ctx.emit_text("model.delta", std::move(data));
+        auto emit = [&ctx](const char* type, std::string_view piece) {
+            if (piece.empty()) return;
+            std::string data = R"({"text":)";
+            append_json_string(data, piece);
+            data += '}';
+            ctx.emit_text(type, std::move(data));
+        };
+        emit("model.reasoning", d.reasoning);
+        emit("model.delta", d.text);
     };
     // One observation per call (metrics): ok when it answered, error however else it ended.
     metrics_registry::call_timer timer(ctx.framework->metrics());
@@ -149,22 +167,23 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         if (spoke || c.tool_calls.empty()) {
             out.reply =
                 clip_reply(std::move(c.text), static_cast<std::size_t>(cfg.limits.max_reply_bytes));
+            out.refusal = c.refusal;
             progress.reply = out.reply;
         }
         if (c.tool_calls.empty()) {
-            ctx.new_entries.push_back(make_message("assistant", out.reply));
+            ctx.new_entries.push_back(assistant_entry(out.reply, c));
             if (!progress.take_steering) break;
-            req.messages.push_back({"assistant", out.reply, {}, {}});
+            req.messages.push_back(assistant_message(out.reply, c));
             budget.add(req.messages.back());
             if (co_await take_steering(ctx, req, budget)) continue;
             break;
         }
         // The model asked for tools: record the calls, run them, feed the observations back. The
-        // text of this step goes with them (a step with none repeats no earlier one).
+        // text of this step goes with them (a step with none repeats no earlier one), and so does
+        // its reasoning, which thinking modes need back in the next request.
         std::string said = spoke ? out.reply : std::string();
-        if (!said.empty()) ctx.new_entries.push_back(make_message("assistant", said));
-        chat_message asked{"assistant", std::move(said), c.tool_calls, {}};
-        req.messages.push_back(std::move(asked));
+        if (!said.empty() || !c.reasoning.empty()) ctx.new_entries.push_back(assistant_entry(said, c));
+        req.messages.push_back(assistant_message(std::move(said), c));
         budget.add(req.messages.back());
         for (const auto& call_item : c.tool_calls) {
             ctx.emit("tool.call", json::object{{"step", step},

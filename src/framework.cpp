@@ -311,6 +311,7 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
     r.turn_id = ctx.inbound.turn_id;
     r.session_id = ctx.session_id;
     r.reply = std::move(ctx.output.reply);
+    r.refusal = ctx.output.refusal;
     r.steps = ctx.output.steps;
     r.usage = ctx.output.usage;
     r.status = ctx.output.status;

@@ -103,6 +103,17 @@ void append_json(std::string& out, const json::object& o) {
     out.push_back('}');
 }
 
+void append_json(std::string& out, const json::array& a) {
+    out.push_back('[');
+    bool first = true;
+    for (const auto& e : a) {
+        if (!first) out.push_back(',');
+        first = false;
+        append_json(out, e);
+    }
+    out.push_back(']');
+}
+
 void append_json(std::string& out, const json::value& v) {
     switch (v.kind()) {
     case json::kind::null:
@@ -123,17 +134,9 @@ void append_json(std::string& out, const json::value& v) {
     case json::kind::string:
         append_json_string(out, v.get_string());
         return;
-    case json::kind::array: {
-        out.push_back('[');
-        bool first = true;
-        for (const auto& e : v.get_array()) {
-            if (!first) out.push_back(',');
-            first = false;
-            append_json(out, e);
-        }
-        out.push_back(']');
+    case json::kind::array:
+        append_json(out, v.get_array());
         return;
-    }
     case json::kind::object:
         append_json(out, v.get_object());
         return;

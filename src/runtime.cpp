@@ -375,6 +375,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             asio::bind_cancellation_slot(entry->signal.slot(), asio::use_awaitable));
         rec.status = result.status;
         rec.reply = std::move(result.reply);
+        rec.refusal = result.refusal;
         rec.steps = result.steps;
         rec.usage = result.usage;
     } catch (const turn_error& e) {

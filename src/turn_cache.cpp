@@ -12,6 +12,7 @@ turn_record without_input(const turn_record& rec) {
     r.tenant = rec.tenant;
     r.status = rec.status;
     r.reply = rec.reply;
+    r.refusal = rec.refusal;
     r.steps = rec.steps;
     r.usage = rec.usage;
     r.error = rec.error;

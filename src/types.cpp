@@ -83,6 +83,7 @@ std::optional<tape_kind> parse_tape_kind(std::string_view s) {
 json::object finished_event_data(const turn_record& t) {
     json::object o{{"status", to_string(t.status)},
                    {"reply", t.reply ? json::value(*t.reply) : json::value(nullptr)}};
+    if (t.refusal) o["refusal"] = true;
     if (t.error) o["error"] = {{"code", t.error->code}, {"message", t.error->message}};
     return o;
 }
@@ -113,6 +114,7 @@ void append_turn_json(std::string& out, const turn_record& t) {
         append_json_string(out, *t.reply);
     else
         out += "null"sv;
+    if (t.refusal) out += R"(,"refusal":true)"sv;
     out += R"(,"steps":)"sv;
     out += std::to_string(t.steps);
     out += R"(,"usage":{"prompt_tokens":)"sv;

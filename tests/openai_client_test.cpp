@@ -57,6 +57,7 @@ struct openai_fixture : io_fixture {
     model_config cfg;
     openai_retry_policy retry{4, milliseconds(2), milliseconds(20)};
     std::vector<std::string> deltas;
+    std::vector<std::string> reasoning_deltas;
 
     openai_fixture() {
         ::unsetenv(key_env);
@@ -71,7 +72,10 @@ struct openai_fixture : io_fixture {
 
     chat_completion complete(model_request req = user("hi"), milliseconds limit = 5s) {
         auto m = make_openai_model(ctx.get_executor(), cfg, http, retry);
-        delta_handler on_delta = [this](std::string_view d) { deltas.emplace_back(d); };
+        delta_handler on_delta = [this](const model_delta& d) {
+            if (!d.text.empty()) deltas.emplace_back(d.text);
+            if (!d.reasoning.empty()) reasoning_deltas.emplace_back(d.reasoning);
+        };
         return run_bounded(ctx, call(m, std::move(req), on_delta), limit);
     }
 
@@ -392,6 +396,78 @@ BOOST_FIXTURE_TEST_CASE(a_stream_without_done_needs_a_finish_reason, openai_fixt
     BOOST_TEST(server.requests().size() == 5u);
 }
 
+// Replayed provider streams showed bodies whose [DONE] lacks its blank line: "data: [DONE]\n", or
+// "data: [DONE]" at the end of the body. The turn failed although the answer had arrived whole.
+BOOST_FIXTURE_TEST_CASE(done_in_any_framing_ends_the_stream, openai_fixture) {
+    cfg.stream = true;
+    const std::string head =
+        R"(data: {"choices":[{"index":0,"delta":{"content":"Checking."}}]})"
+        "\n\n"
+        R"(data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"clock","arguments":"{}"}}]},"finish_reason":"tool_calls"}]})"
+        "\n\n"
+        R"(data: {"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":5}})"
+        "\n\n";
+    for (std::string tail : {"data: [DONE]\n", "data: [DONE]", "data:[DONE]\r\n", "data: [DONE] \n"}) {
+        BOOST_TEST_CONTEXT(tail) {
+            auto r = fake_reply::sse({}, 0, false, false);
+            r.pieces = {head + tail};
+            server.push(r);
+            auto c = complete();
+            BOOST_TEST(c.text == "Checking.");
+            BOOST_REQUIRE_EQUAL(c.tool_calls.size(), 1u);
+            BOOST_TEST(c.tool_calls[0].id == "c1");
+            BOOST_TEST(c.prompt_tokens == 12);
+            BOOST_TEST(c.completion_tokens == 5);
+        }
+    }
+    // A finish_reason with only white space after it is complete too; a chunk without its blank
+    // line at the end may have been cut, and is not taken.
+    auto spaces = fake_reply::sse({}, 0, false, false);
+    spaces.pieces = {head + "  "};
+    server.push(spaces);
+    BOOST_TEST(complete().completion_tokens == 5);
+    auto cut = fake_reply::sse({}, 0, false, false);
+    cut.pieces = {head + R"(data: {"choices":[{"index":0,"delta":{"content":"more"}}]})"};
+    server.push(cut);
+    auto msg = model_error();
+    BOOST_TEST(contains(msg, "without [DONE] or a finish_reason"), msg);
+}
+
+// Reasoning is reported apart from the reply (model.reasoning events) and never joins it; it goes
+// back to the model with the assistant message under the name it came in.
+BOOST_FIXTURE_TEST_CASE(reasoning_is_reported_apart_and_sent_back, openai_fixture) {
+    cfg.stream = true;
+    server.push(fake_reply::sse(
+        {chunk({{"role", "assistant"}, {"reasoning_content", "The user wants "}}),
+         chunk({{"reasoning_content", "the time."}}),
+         chunk({{"tool_calls", json::array{{{"index", 0},
+                                            {"id", "call_0"},
+                                            {"function", {{"name", "clock"}, {"arguments", "{}"}}}}}}},
+               "tool_calls")},
+        5));
+    auto c = complete();
+    BOOST_TEST(c.text == "");
+    BOOST_TEST(deltas.empty());
+    BOOST_TEST(reasoning_deltas == (std::vector<std::string>{"The user wants ", "the time."}));
+    BOOST_TEST(c.reasoning.text == "The user wants the time.");
+
+    auto next = user("what time is it?");
+    next.messages.push_back(assistant_message("", c));
+    next.messages.push_back({"tool", "12:00", {}, "call_0"});
+    server.push(fake_reply::stream_text({"noon"}));
+    BOOST_TEST(complete(next).text == "noon");
+    auto requests = server.requests();
+    const auto& sent = requests.back().body.at("messages").at(1).as_object();
+    BOOST_TEST(sent.at("reasoning_content") == "The user wants the time.");
+    BOOST_TEST(sent.at("content").is_null());
+    BOOST_TEST(sent.at("tool_calls").at(0).at("id") == "call_0");
+    BOOST_TEST(!sent.contains("reasoning"));
+    BOOST_TEST(!sent.contains("reasoning_details"));
+    // A message without reasoning carries none of the fields.
+    const auto& user_msg = requests.back().body.at("messages").at(0).as_object();
+    BOOST_TEST(!user_msg.contains("reasoning_content"));
+}
+
 // Interim answers before the real one are skipped (they were taken as the answer: "HTTP 100").
 BOOST_FIXTURE_TEST_CASE(interim_1xx_answers_are_skipped, openai_fixture) {
     auto r = fake_reply::completion("after the interim ones");
@@ -463,7 +539,7 @@ BOOST_AUTO_TEST_CASE(concurrent_calls_share_the_pool_across_threads) {
     std::atomic<int> ok{0};
     std::vector<std::string> texts(calls);
     for (int i = 0; i < calls; ++i) {
-        delta_handler on_delta = [&texts, i](std::string_view d) { texts[i] += d; };
+        delta_handler on_delta = [&texts, i](const model_delta& d) { texts[i] += d.text; };
         auto done = [&ok](std::exception_ptr e, chat_completion c) { ok += !e && c.text == "ab"; };
         asio::co_spawn(asio::make_strand(ioc), call(model, user("hi"), on_delta), done);
     }

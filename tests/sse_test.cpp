@@ -105,7 +105,7 @@ struct stream_driver {
             std::string err;
             auto delta = assembler.add(v.as_object(), err);
             if (!err.empty()) out.error = err;
-            if (!delta.empty()) out.deltas.push_back(delta);
+            if (!delta.text.empty()) out.deltas.push_back(delta.text);
         }
     }
     stream_outcome finish() {
@@ -320,6 +320,26 @@ BOOST_AUTO_TEST_CASE(unfinished_event_is_partial_not_dispatched) {
     BOOST_TEST(p.has_partial());
 }
 
+// At the end of a body, finish() hands over what EventSource would discard, so that the model
+// client can accept a last "data: [DONE]" without its blank line.
+BOOST_AUTO_TEST_CASE(finish_hands_over_the_unfinished_event) {
+    for (std::string_view tail : {"data: [DONE]\n", "data: [DONE]", "data:[DONE]\r"}) {
+        BOOST_TEST_CONTEXT(tail) {
+            baton::sse_parser p;
+            BOOST_TEST(p.feed("data: {}\n\n").size() == 1u);
+            BOOST_TEST(p.feed(tail).empty());
+            auto last = p.finish();
+            BOOST_REQUIRE_EQUAL(last.size(), 1u);
+            BOOST_TEST(last[0].data == "[DONE]");
+            BOOST_TEST(!p.has_partial());
+            BOOST_TEST(p.finish().empty());
+        }
+    }
+    baton::sse_parser blank;
+    blank.feed("data: x\n\n  ");
+    BOOST_TEST(blank.finish().empty()); // a line of white space is no event
+}
+
 BOOST_AUTO_TEST_CASE(size_limit) {
     // A line of exactly the limit is accepted.
     baton::sse_parser ok(16);
@@ -365,13 +385,23 @@ BOOST_AUTO_TEST_CASE(malformed_chunks_reported_without_throwing_and_change_nothi
         {R"({"choices":[{"index":"0","delta":{}}]})", "choices[0].index: expected integer"},
         {R"({"choices":[{"index":0,"delta":"x"}]})", "choices[0].delta: expected object"},
         {R"({"choices":[{"index":0,"delta":{"content":42}}]})",
-         "choices[0].delta.content: expected string"},
+         "choices[0].delta.content: expected string or array"},
+        {R"({"choices":[{"index":0,"delta":{"content":[{"type":"text","text":7}]}}]})",
+         "choices[0].delta.content[0].text: expected string"},
+        {R"({"choices":[{"index":0,"delta":{"content":[{"type":"thinking","thinking":{}}]}}]})",
+         "choices[0].delta.content[0].thinking: expected string or array"},
+        {R"({"choices":[{"index":0,"delta":{"reasoning_content":1}}]})",
+         "choices[0].delta.reasoning_content: expected string"},
+        {R"({"choices":[{"index":0,"delta":{"reasoning_details":{}}}]})",
+         "choices[0].delta.reasoning_details: expected array"},
+        {R"({"choices":[],"x_groq":{"usage":{"prompt_tokens":"many"}}})",
+         "x_groq.usage.prompt_tokens: expected integer"},
         {R"({"choices":[{"index":0,"delta":{},"finish_reason":1}]})",
          "choices[0].finish_reason: expected string"},
         {R"({"choices":[{"index":0,"delta":{"tool_calls":{}}}]})",
          "choices[0].delta.tool_calls: expected array"},
-        {R"({"choices":[{"index":0,"delta":{"content":"lost","tool_calls":[{"function":{}}]}}]})",
-         "choices[0].delta.tool_calls[0].index: expected integer >= 0"},
+        {R"({"choices":[{"index":0,"delta":{"content":"lost","tool_calls":[{"index":"0"}]}}]})",
+         "choices[0].delta.tool_calls[0].index: expected integer"},
         {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":-1}]}}]})",
          "choices[0].delta.tool_calls[0].index: expected integer >= 0"},
         {R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"arguments":[]}}]}}]})",
@@ -387,14 +417,14 @@ BOOST_AUTO_TEST_CASE(malformed_chunks_reported_without_throwing_and_change_nothi
     for (const auto& c : cases) {
         BOOST_TEST_CONTEXT(c.chunk) {
             std::string delta;
-            BOOST_CHECK_NO_THROW(delta = a.add(parse_object(c.chunk), err));
+            BOOST_CHECK_NO_THROW(delta = a.add(parse_object(c.chunk), err).text);
             BOOST_TEST(err == c.error);
             BOOST_TEST(delta == "");
             BOOST_TEST((a.result() == before));
         }
     }
     // A good chunk after a bad one clears the error and carries on.
-    BOOST_TEST(a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"!"}}]})"), err) == "!");
+    BOOST_TEST(a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"!"}}]})"), err).text == "!");
     BOOST_TEST(err == "");
     BOOST_TEST(a.result().text == "ok!");
 }
@@ -405,7 +435,7 @@ BOOST_AUTO_TEST_CASE(out_of_order_indices_and_other_choices) {
     auto add = [&](std::string_view s) {
         auto d = a.add(parse_object(s), err);
         BOOST_TEST(err == "");
-        return d;
+        return d.text;
     };
     // Index 2 before index 0, and both in one chunk; repeated id and name are harmless.
     add(R"({"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"c2","function":{"name":"b"}},)"
@@ -424,6 +454,155 @@ BOOST_AUTO_TEST_CASE(out_of_order_indices_and_other_choices) {
     BOOST_TEST((c.tool_calls[0] == chat_completion::tool_call{"c0", "a", "[1,2]"}));
     BOOST_TEST((c.tool_calls[1] == chat_completion::tool_call{"c2", "b", ""}));
     BOOST_TEST((a.result() == chat_completion{}));
+}
+
+// Mistral sends tool-call deltas without an index: a new id starts the next call, no id continues
+// the last, a known id continues its own.
+BOOST_AUTO_TEST_CASE(tool_calls_without_an_index_follow_their_ids) {
+    chat_stream_assembler a;
+    std::string err;
+    auto add = [&](std::string_view s) {
+        a.add(parse_object(s), err);
+        BOOST_TEST(err == "", s);
+    };
+    add(R"({"choices":[{"delta":{"tool_calls":[{"id":"A1","function":{"name":"f","arguments":"{\"x\""}},)"
+        R"({"id":"B2","function":{"name":"g","arguments":"[1"}}]}}]})");
+    add(R"({"choices":[{"delta":{"tool_calls":[{"function":{"arguments":",2]"}}]}}]})");
+    add(R"({"choices":[{"delta":{"tool_calls":[{"id":"A1","function":{"arguments":":1}"}}]}}]})");
+    add(R"({"choices":[{"delta":{"tool_calls":[{"id":"C3","function":{"name":"h","arguments":"{}"}}]},)"
+        R"("finish_reason":"tool_calls"}]})");
+    auto c = a.take();
+    BOOST_REQUIRE_EQUAL(c.tool_calls.size(), 3u);
+    BOOST_TEST((c.tool_calls[0] == chat_completion::tool_call{"A1", "f", R"({"x":1})"}));
+    BOOST_TEST((c.tool_calls[1] == chat_completion::tool_call{"B2", "g", "[1,2]"}));
+    BOOST_TEST((c.tool_calls[2] == chat_completion::tool_call{"C3", "h", "{}"}));
+    // Whole in one delta, as Mistral's tool calls usually come.
+    add(R"({"choices":[{"index":0,"delta":{"content":null,"tool_calls":[{"id":"gS","function":)"
+        R"({"name":"weather","arguments":"{}"}}]},"finish_reason":"tool_calls"}]})");
+    BOOST_TEST((a.take().tool_calls == std::vector<chat_completion::tool_call>{{"gS", "weather", "{}"}}));
+}
+
+// Magistral: content as an array of parts, streamed and whole; text parts are the reply,
+// thinking parts reasoning (not sent back: no field), other parts neither.
+BOOST_AUTO_TEST_CASE(content_parts_make_reply_and_reasoning) {
+    chat_stream_assembler a;
+    std::string err;
+    auto d = a.add(parse_object(R"({"choices":[{"delta":{"content":[{"type":"thinking","thinking":)"
+                                R"([{"type":"text","text":"two plus "},{"type":"text","text":"two"}]},)"
+                                R"({"type":"text","text":"4"},{"type":"image_url","image_url":"x"}]}}]})"),
+                   err);
+    BOOST_TEST(err == "");
+    BOOST_TEST(d.text == "4");
+    BOOST_TEST(d.reasoning == "two plus two");
+    d = a.add(parse_object(R"({"choices":[{"delta":{"content":"!"},"finish_reason":"stop"}]})"), err);
+    BOOST_TEST(d.text == "!");
+    auto c = a.take();
+    BOOST_TEST(c.text == "4!");
+    BOOST_TEST(c.reasoning.text == "two plus two");
+    BOOST_TEST(c.reasoning.field == "");
+    auto whole = parse_chat_completion(
+        parse_object(R"({"choices":[{"index":0,"message":{"role":"assistant","content":[)"
+                     R"({"type":"thinking","thinking":"hm"},{"type":"text","text":"4!"}]},)"
+                     R"("finish_reason":"stop"}]})"),
+        err);
+    BOOST_TEST(err == "");
+    BOOST_TEST(whole.text == "4!");
+    BOOST_TEST(whole.reasoning.text == "hm");
+}
+
+// Reasoning keeps the name it came under (it goes back under that name), and OpenRouter's
+// reasoning_details are merged by index into what the provider needs back.
+BOOST_AUTO_TEST_CASE(reasoning_is_kept_apart_with_its_field) {
+    chat_stream_assembler a;
+    std::string err;
+    auto d = a.add(parse_object(R"({"choices":[{"delta":{"role":"assistant","reasoning_content":"Let me "}}]})"),
+                   err);
+    BOOST_TEST(d.reasoning == "Let me ");
+    BOOST_TEST(d.text == "");
+    a.add(parse_object(R"({"choices":[{"delta":{"reasoning_content":"think.","content":null}}]})"), err);
+    a.add(parse_object(R"({"choices":[{"delta":{"reasoning_content":null,"content":"Hi"},"finish_reason":"stop"}]})"),
+          err);
+    auto c = a.take();
+    BOOST_TEST(err == "");
+    BOOST_TEST(c.text == "Hi");
+    BOOST_TEST(c.reasoning.text == "Let me think.");
+    BOOST_TEST(c.reasoning.field == "reasoning_content");
+
+    // OpenRouter: `reasoning` and reasoning_details side by side; the signature comes last.
+    a.add(parse_object(R"({"choices":[{"delta":{"reasoning":"A","reasoning_details":[{"type":"reasoning.text",)"
+                       R"("text":"A","signature":"","index":0}]}}]})"),
+          err);
+    a.add(parse_object(R"({"choices":[{"delta":{"reasoning":"B","reasoning_details":[{"type":"reasoning.text",)"
+                       R"("text":"B","index":0}]}}]})"),
+          err);
+    a.add(parse_object(R"({"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text","signature":"s1",)"
+                       R"("index":0},{"type":"reasoning.encrypted","data":"xyz","index":1}]},)"
+                       R"("finish_reason":"stop"}]})"),
+          err);
+    BOOST_TEST(err == "");
+    c = a.take();
+    BOOST_TEST(c.reasoning.text == "AB");
+    BOOST_TEST(c.reasoning.field == "reasoning");
+    BOOST_TEST(json::serialize(c.reasoning.details) ==
+               R"([{"type":"reasoning.text","text":"AB","signature":"s1","index":0},)"
+               R"({"type":"reasoning.encrypted","data":"xyz","index":1}])");
+
+    // Only reasoning_details, with a summary: its text is what there is to show; no field.
+    d = a.add(parse_object(R"({"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.summary",)"
+                           R"("summary":"Planning","index":0}]}}]})"),
+              err);
+    BOOST_TEST(d.reasoning == "Planning");
+    c = a.take();
+    BOOST_TEST(c.reasoning.field == "");
+    BOOST_TEST(c.reasoning.details.size() == 1u);
+}
+
+// Older Groq models report usage only under x_groq.
+BOOST_AUTO_TEST_CASE(usage_under_x_groq) {
+    chat_stream_assembler a;
+    std::string err;
+    a.add(parse_object(R"({"choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}],)"
+                       R"("x_groq":{"id":"req_1","usage":{"prompt_tokens":21,"completion_tokens":9}}})"),
+          err);
+    auto c = a.take();
+    BOOST_TEST(err == "");
+    BOOST_TEST(c.has_usage);
+    BOOST_TEST(c.prompt_tokens == 21);
+    BOOST_TEST(c.completion_tokens == 9);
+    // The usual field wins where both are sent.
+    auto whole = parse_chat_completion(
+        parse_object(R"({"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":1,)"
+                     R"("completion_tokens":2},"x_groq":{"usage":{"prompt_tokens":7,"completion_tokens":8}}})"),
+        err);
+    BOOST_TEST(whole.prompt_tokens == 1);
+    auto groq = parse_chat_completion(
+        parse_object(R"({"choices":[{"message":{"content":"x"}}],"usage":null,)"
+                     R"("x_groq":{"usage":{"prompt_tokens":7,"completion_tokens":8}}})"),
+        err);
+    BOOST_TEST(groq.completion_tokens == 8);
+}
+
+// An OpenAI refusal: its text is the reply, and the completion says it was one.
+BOOST_AUTO_TEST_CASE(a_refusal_is_the_reply) {
+    chat_stream_assembler a;
+    std::string err;
+    a.add(parse_object(R"({"choices":[{"delta":{"role":"assistant","content":null,"refusal":""}}]})"), err);
+    auto d = a.add(parse_object(R"({"choices":[{"delta":{"refusal":"I can't "}}]})"), err);
+    BOOST_TEST(d.text == "I can't ");
+    a.add(parse_object(R"({"choices":[{"delta":{"refusal":"help."},"finish_reason":"stop"}]})"), err);
+    auto c = a.take();
+    BOOST_TEST(c.text == "I can't help.");
+    BOOST_TEST(c.refusal);
+    // An empty refusal (Snowflake sends one beside every delta) is none.
+    a.add(parse_object(R"({"choices":[{"delta":{"content":"4","refusal":""}}]})"), err);
+    BOOST_TEST(!a.take().refusal);
+    auto whole = parse_chat_completion(
+        parse_object(R"({"choices":[{"message":{"role":"assistant","content":null,"refusal":"No."},)"
+                     R"("finish_reason":"stop"}]})"),
+        err);
+    BOOST_TEST(err == "");
+    BOOST_TEST(whole.text == "No.");
+    BOOST_TEST(whole.refusal);
 }
 
 BOOST_AUTO_TEST_CASE(non_streaming_with_text) {
@@ -488,7 +667,11 @@ BOOST_AUTO_TEST_CASE(non_streaming_malformed) {
         {R"({"choices":[]})", "choices: no choice with index 0"},
         {R"({"choices":[{"index":0}]})", "choices[0].message: missing"},
         {R"({"choices":[{"index":0,"message":{"content":["a"]}}]})",
-         "choices[0].message.content: expected string"},
+         "choices[0].message.content[0]: expected object"},
+        {R"({"choices":[{"index":0,"message":{"content":{}}}]})",
+         "choices[0].message.content: expected string or array"},
+        {R"({"choices":[{"index":0,"message":{"refusal":false}}]})",
+         "choices[0].message.refusal: expected string"},
         {R"({"choices":[{"index":0,"message":{"tool_calls":[1]}}]})",
          "choices[0].message.tool_calls[0]: expected object"},
         {R"({"choices":[{"index":0,"message":{"tool_calls":[{"id":"c","function":{"name":3}}]}}]})",

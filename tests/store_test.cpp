@@ -675,7 +675,8 @@ BOOST_AUTO_TEST_CASE(outbox_counts_are_kept_without_a_scan_and_filled_on_upgrade
         // A database from before the counts (schema 3): the upgrade counts what is there.
         raw_db raw(dir.db_path());
         raw.exec("DROP TRIGGER outbox_counts_insert; DROP TRIGGER outbox_counts_update; "
-                 "DROP TRIGGER outbox_counts_delete; DROP TABLE outbox_counts; PRAGMA user_version = 3");
+                 "DROP TRIGGER outbox_counts_delete; DROP TABLE outbox_counts; "
+                 "ALTER TABLE turns DROP COLUMN refusal; PRAGMA user_version = 3");
     }
     auto s = open_store("sqlite", dir);
     auto n = s->count_outbox();

@@ -83,6 +83,7 @@ struct prompt {
 
 struct model_output {
     std::string reply;
+    bool refusal = false; // the reply is the model's refusal
     std::int64_t steps = 0;
     baton::usage usage;
     turn_status status = turn_status::completed; // or step_limit
@@ -160,6 +161,7 @@ struct turn_result {
     std::string turn_id;
     std::string session_id;
     std::string reply;
+    bool refusal = false; // the reply is the model's refusal
     std::int64_t steps = 0;
     baton::usage usage;
     turn_status status = turn_status::completed;

@@ -4,6 +4,7 @@
 // printed by Boost.JSON itself).
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
@@ -21,6 +22,7 @@ void append_json_string(std::string& out, std::string_view s);
 void append_json_number(std::string& out, double d);
 void append_json(std::string& out, const json::value& v);
 void append_json(std::string& out, const json::object& o);
+void append_json(std::string& out, const json::array& a);
 
 std::string json_text(const json::value& v);
 std::string json_text(const json::object& o);

@@ -29,7 +29,15 @@ struct chat_message {
     std::string content;
     std::vector<tool_call> tool_calls; // assistant messages that asked for tools
     std::string tool_call_id;          // tool messages: the call they answer
+    // Assistant messages of the running turn: what the model thought, sent back under the field
+    // it came in (reasoning.field, and reasoning_details) as providers with thinking modes need.
+    // Earlier turns' messages carry none: the tape keeps it, the context does not send it again.
+    model_reasoning reasoning;
 };
+
+// The assistant message that goes back to the model after a step: the step's text (`text`, which
+// the caller may have clipped), its tool calls and its reasoning.
+chat_message assistant_message(std::string text, const chat_completion& c);
 
 struct model_request {
     std::string model;
@@ -46,11 +54,16 @@ struct model_request {
 };
 
 // Appends `m` as a chat-completions message object: {"role","content"[,"tool_calls"]
-// [,"tool_call_id"]}.
+// [,"tool_call_id"][,<reasoning.field>][,"reasoning_details"]}.
 void append_chat_message(std::string& out, const chat_message& m);
 
-// Receives streamed text as it arrives (model.delta events).
-using delta_handler = std::function<void(std::string_view)>;
+// What a streaming model reported as it arrived: reply text (model.delta events) and reasoning
+// (model.reasoning events); either may be empty.
+struct model_delta {
+    std::string_view text;
+    std::string_view reasoning;
+};
+using delta_handler = std::function<void(const model_delta&)>;
 
 class model_client {
 public:

@@ -48,6 +48,12 @@ public:
     // discarded, which tells a client the stream was cut short.
     bool has_partial() const;
 
+    // The end of the stream. EventSource discards an unfinished event there; finish() returns it
+    // instead (the unfinished line taken as ended, the event as dispatched), for a caller that
+    // judges it: the model client accepts a last "data: [DONE]" that lacks its blank line.
+    // Afterwards nothing is buffered.
+    std::vector<sse_event> finish();
+
 private:
     void consume(std::string_view in, std::vector<sse_event>& out);
     void process_line(std::string_view line, std::vector<sse_event>& out);

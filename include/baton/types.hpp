@@ -51,6 +51,7 @@ struct turn_record {
     std::string tenant;
     turn_status status = turn_status::queued;
     std::optional<std::string> reply;
+    bool refusal = false; // the reply is the model's refusal: "refusal": true in the JSON
     std::int64_t steps = 0;
     baton::usage usage;
     std::optional<error_info> error;

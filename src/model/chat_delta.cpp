@@ -75,7 +75,7 @@ private:
 };
 
 struct tool_fragment {
-    std::int64_t index = 0;
+    std::optional<std::int64_t> index; // absent (Mistral): matched by id, see add()
     std::string_view id, name, arguments;
 };
 
@@ -84,9 +84,19 @@ struct usage_fields {
     std::int64_t prompt = 0, completion = 0;
 };
 
+// What a delta or a whole message says besides its tool calls.
+struct message_fields {
+    std::string text;
+    bool refusal = false;
+    std::string reasoning;
+    std::string_view reasoning_field;
+    const json::array* details = nullptr;
+};
+
 // Everything one chunk says, read and type-checked before any of it is applied.
 struct chunk_fields {
-    std::string_view id, model, content;
+    std::string_view id, model;
+    message_fields message;
     std::optional<std::string_view> finish_reason;
     std::vector<tool_fragment> tools;
     usage_fields usage;
@@ -102,12 +112,21 @@ void read_tool_call(reader& r, const json::object& o, const std::string& path, t
     }
 }
 
+// `usage`, else `x_groq.usage` (older Groq models report it only there).
 usage_fields read_usage(reader& r, const json::object& body) {
     usage_fields u;
-    if (auto* o = r.obj(body, "usage", "")) {
+    const json::object* o = r.obj(body, "usage", "");
+    std::string_view path = "usage";
+    if (!o) {
+        if (auto* groq = r.obj(body, "x_groq", "")) {
+            o = r.obj(*groq, "usage", "x_groq");
+            path = "x_groq.usage";
+        }
+    }
+    if (o) {
         u.present = true;
-        u.prompt = r.int64(*o, "prompt_tokens", "usage").value_or(0);
-        u.completion = r.int64(*o, "completion_tokens", "usage").value_or(0);
+        u.prompt = r.int64(*o, "prompt_tokens", path).value_or(0);
+        u.completion = r.int64(*o, "completion_tokens", path).value_or(0);
     }
     return u;
 }
@@ -142,6 +161,77 @@ bool read_error_object(reader& r, const json::object& body) {
     return true;
 }
 
+// A "thinking" part's own content: a string, or an array of {"type": "text", "text"} parts.
+void read_thinking(reader& r, const json::object& part, const std::string& path, std::string& out) {
+    auto* v = r.get(part, "thinking");
+    if (!v) return;
+    if (auto* s = v->if_string()) {
+        out.append(*s);
+        return;
+    }
+    auto* pieces = v->if_array();
+    auto thinking_path = reader::join(path, "thinking");
+    if (!pieces) return r.fail(thinking_path, "expected string or array");
+    for (std::size_t i = 0; i < pieces->size() && r.ok(); ++i) {
+        auto* p = (*pieces)[i].if_object();
+        if (!p) return r.fail(reader::at(thinking_path, i), "expected object");
+        out.append(r.str(*p, "text", reader::at(thinking_path, i)).value_or(""));
+    }
+}
+
+// `content` as a string, or as an array of parts: "text" parts are the reply, "thinking" parts
+// reasoning; parts of other types (images, references) carry neither.
+void read_content(reader& r, const json::object& m, const std::string& path, message_fields& f) {
+    auto* v = r.get(m, "content");
+    if (!v) return;
+    if (auto* s = v->if_string()) {
+        f.text.append(*s);
+        return;
+    }
+    auto* parts = v->if_array();
+    auto content_path = reader::join(path, "content");
+    if (!parts) return r.fail(content_path, "expected string or array");
+    for (std::size_t i = 0; i < parts->size() && r.ok(); ++i) {
+        auto part_path = reader::at(content_path, i);
+        auto* part = (*parts)[i].if_object();
+        if (!part) return r.fail(part_path, "expected object");
+        auto type = r.str(*part, "type", part_path).value_or("");
+        if (type == "text")
+            f.text.append(r.str(*part, "text", part_path).value_or(""));
+        else if (type == "thinking")
+            read_thinking(r, *part, part_path, f.reasoning);
+    }
+}
+
+// The readable text of reasoning_details pieces, for a provider that sent no other.
+void details_text(const json::array& details, std::string& out) {
+    for (const auto& item : details) {
+        auto* o = item.if_object();
+        if (!o) continue;
+        for (std::string_view key : {"text", "summary"})
+            if (auto* t = o->if_contains(key); t && t->is_string()) out.append(t->get_string());
+    }
+}
+
+// A delta or a message: content (string or parts), refusal, reasoning and reasoning_details.
+void read_message(reader& r, const json::object& m, const std::string& path, message_fields& f) {
+    read_content(r, m, path, f);
+    if (auto refusal = r.str(m, "refusal", path); refusal && !refusal->empty()) {
+        f.text.append(*refusal);
+        f.refusal = true;
+    }
+    // vLLM sends both names for one text: the first that carries any is the one.
+    for (std::string_view field : {"reasoning_content", "reasoning"}) {
+        auto text = r.str(m, field, path);
+        if (!text || text->empty()) continue;
+        f.reasoning.append(*text);
+        f.reasoning_field = field;
+        break;
+    }
+    f.details = r.arr(m, "reasoning_details", path);
+    if (f.details && f.reasoning_field.empty() && f.reasoning.empty()) details_text(*f.details, f.reasoning);
+}
+
 void read_chunk(reader& r, const json::object& chunk, chunk_fields& f) {
     if (read_error_object(r, chunk)) return;
     f.id = r.str(chunk, "id", "").value_or("");
@@ -154,7 +244,7 @@ void read_chunk(reader& r, const json::object& chunk, chunk_fields& f) {
     auto* delta = r.obj(*choice, "delta", path);
     if (!delta) return;
     auto delta_path = reader::join(path, "delta");
-    f.content = r.str(*delta, "content", delta_path).value_or("");
+    read_message(r, *delta, delta_path, f.message);
     auto* tools = r.arr(*delta, "tool_calls", delta_path);
     if (!tools) return;
     auto tools_path = reader::join(delta_path, "tool_calls");
@@ -163,43 +253,77 @@ void read_chunk(reader& r, const json::object& chunk, chunk_fields& f) {
         auto* t = (*tools)[i].if_object();
         if (!t) return r.fail(tool_path, "expected object");
         tool_fragment frag;
-        auto index = r.int64(*t, "index", tool_path);
-        if (r.ok() && (!index || *index < 0))
+        frag.index = r.int64(*t, "index", tool_path);
+        if (r.ok() && frag.index && *frag.index < 0)
             r.fail(reader::join(tool_path, "index"), "expected integer >= 0");
-        frag.index = index.value_or(0);
         read_tool_call(r, *t, tool_path, frag);
         f.tools.push_back(frag);
     }
 }
 
+void apply_message(chat_completion& c, message_fields& f) {
+    c.text.append(f.text);
+    if (f.refusal) c.refusal = true;
+    c.reasoning.text.append(f.reasoning);
+    if (c.reasoning.field.empty()) c.reasoning.field = f.reasoning_field;
+}
+
 } // namespace
 
-std::string chat_stream_assembler::add(const json::object& chunk, std::string& error) {
+chunk_delta chat_stream_assembler::add(const json::object& chunk, std::string& error) {
     error.clear();
     reader r(error);
     chunk_fields f;
     read_chunk(r, chunk, f);
     if (!r.ok()) return {};
 
-    auto find = [this](std::int64_t index) -> chat_completion::tool_call* {
+        // Fragments without an index: a new id starts the next call, no id continues the last one.
+    std::int64_t next = indices_.empty() ? 0 : indices_.back() + 1;
+    std::optional<std::int64_t> last;
+    if (!result_.tool_calls.empty()) last = indices_[last_call_];
+    std::vector<std::int64_t> resolved(f.tools.size());
+    for (std::size_t i = 0; i < f.tools.size(); ++i) {
+        auto& t = f.tools[i];
+        if (t.index) {
+            resolved[i] = *t.index;
+            next = std::max(next, *t.index + 1);
+        } else {
+            std::optional<std::int64_t> known;
+            if (!t.id.empty()) {
+                for (std::size_t k = 0; k < result_.tool_calls.size() && !known; ++k)
+                    if (result_.tool_calls[k].id == t.id) known = indices_[k];
+                for (std::size_t j = 0; j < i && !known; ++j)
+                    if (f.tools[j].id == t.id) known = resolved[j];
+            }
+            if (known)
+                resolved[i] = *known;
+            else if (t.id.empty() && last)
+                resolved[i] = *last;
+            else
+                resolved[i] = next++;
+        }
+        last = resolved[i];
+    }
+
+    auto find = [this](std::int64_t index) -> std::optional<std::size_t> {
         auto it = std::lower_bound(indices_.begin(), indices_.end(), index);
-        if (it == indices_.end() || *it != index) return nullptr;
-        return &result_.tool_calls[it - indices_.begin()];
+        if (it == indices_.end() || *it != index) return std::nullopt;
+        return static_cast<std::size_t>(it - indices_.begin());
     };
     // A repeated id or name is normal; a different one would splice two calls together.
     for (std::size_t i = 0; i < f.tools.size(); ++i) {
         const auto& t = f.tools[i];
         std::string_view id, name;
-        if (auto* known = find(t.index)) {
-            id = known->id;
-            name = known->name;
+        if (auto known = find(resolved[i])) {
+            id = result_.tool_calls[*known].id;
+            name = result_.tool_calls[*known].name;
         }
         for (std::size_t j = 0; j < i; ++j) {
-            if (f.tools[j].index != t.index) continue;
+            if (resolved[j] != resolved[i]) continue;
             if (id.empty()) id = f.tools[j].id;
             if (name.empty()) name = f.tools[j].name;
         }
-        auto tool_path = "tool call index " + std::to_string(t.index);
+        auto tool_path = "tool call index " + std::to_string(resolved[i]);
         if (!t.id.empty() && !id.empty() && t.id != id) r.fail(tool_path, "id changed mid-stream");
         if (!t.name.empty() && !name.empty() && t.name != name)
             r.fail(tool_path, "name changed mid-stream");
@@ -208,27 +332,58 @@ std::string chat_stream_assembler::add(const json::object& chunk, std::string& e
 
     if (!f.id.empty()) result_.id = f.id;
     if (!f.model.empty()) result_.model = f.model;
-    result_.text.append(f.content);
+    apply_message(result_, f.message);
+    if (f.message.details) merge_reasoning_details(result_.reasoning.details, *f.message.details);
     if (f.finish_reason) result_.finish_reason = *f.finish_reason;
     if (f.usage.present) {
         result_.has_usage = true;
         result_.prompt_tokens = f.usage.prompt;
         result_.completion_tokens = f.usage.completion;
     }
-    for (const auto& t : f.tools) {
-        auto* call = find(t.index);
-        if (!call) {
+    for (std::size_t i = 0; i < f.tools.size(); ++i) {
+        const auto& t = f.tools[i];
+        auto pos = find(resolved[i]);
+        if (!pos) {
             // Indices usually arrive in order; keep the vector sorted when they do not.
-            auto it = std::lower_bound(indices_.begin(), indices_.end(), t.index);
-            auto pos = it - indices_.begin();
-            indices_.insert(it, t.index);
-            call = &*result_.tool_calls.emplace(result_.tool_calls.begin() + pos);
+            auto it = std::lower_bound(indices_.begin(), indices_.end(), resolved[i]);
+            pos = static_cast<std::size_t>(it - indices_.begin());
+            indices_.insert(it, resolved[i]);
+            result_.tool_calls.emplace(result_.tool_calls.begin() + static_cast<std::ptrdiff_t>(*pos));
         }
-        if (call->id.empty()) call->id = t.id;
-        if (call->name.empty()) call->name = t.name;
-        call->arguments.append(t.arguments);
+        auto& call = result_.tool_calls[*pos];
+        if (call.id.empty()) call.id = t.id;
+        if (call.name.empty()) call.name = t.name;
+        call.arguments.append(t.arguments);
+        last_call_ = *pos;
     }
-    return std::string(f.content);
+    return {std::move(f.message.text), std::move(f.message.reasoning)};
+}
+
+void merge_reasoning_details(json::array& into, const json::array& piece) {
+    for (const auto& item : piece) {
+        const auto* o = item.if_object();
+        const json::value* index = o ? o->if_contains("index") : nullptr;
+        const json::value* type = o ? o->if_contains("type") : nullptr;
+        json::object* same = nullptr;
+        for (auto& have : into) {
+            auto* h = have.if_object();
+            auto* hi = h ? h->if_contains("index") : nullptr;
+            auto* ht = h ? h->if_contains("type") : nullptr;
+            if (index && hi && *hi == *index && (!type || !ht || *ht == *type)) same = h;
+        }
+        if (!same) {
+            into.push_back(item);
+            continue;
+        }
+        for (const auto& [key, value] : *o) {
+            auto* old = same->if_contains(key);
+            const bool appended = key == "text" || key == "summary" || key == "data";
+            if (old && appended && old->is_string() && value.is_string())
+                old->get_string().append(value.get_string());
+            else if (!old || old->is_null() || (old->is_string() && old->get_string().empty()))
+                (*same)[key] = value;
+        }
+    }
 }
 
 chat_completion parse_chat_completion(const json::object& body, std::string& error) {
@@ -256,7 +411,10 @@ chat_completion parse_chat_completion(const json::object& body, std::string& err
         r.fail(message_path, "missing");
         return {};
     }
-    c.text = r.str(*message, "content", message_path).value_or("");
+    message_fields f;
+    read_message(r, *message, message_path, f);
+    apply_message(c, f);
+    if (f.details) c.reasoning.details = *f.details;
     if (auto* tools = r.arr(*message, "tool_calls", message_path)) {
         auto tools_path = reader::join(message_path, "tool_calls");
         for (std::size_t i = 0; i < tools->size() && r.ok(); ++i) {

@@ -32,7 +32,7 @@ public:
         r.prompt_tokens = prompt;
         r.completion_tokens = count_words(r.text);
         r.has_usage = true;
-        if (on_delta) on_delta(r.text);
+        if (on_delta) on_delta({r.text, {}});
         co_return r;
     }
     std::string name() const override { return "echo"; }

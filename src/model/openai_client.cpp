@@ -160,6 +160,12 @@ attempt_result status_failure(const http_response& head, std::string_view body) 
     return failed(outcome::fail, message);
 }
 
+// A whole answer is reported to the delta handler at once, as one delta.
+void show_whole(const chat_completion& c, const delta_handler& on_delta) {
+    if (on_delta && (!c.text.empty() || !c.reasoning.text.empty()))
+        on_delta({c.text, c.reasoning.text});
+}
+
 attempt_result parse_whole(std::string_view body) {
     error_code ec;
     auto v = json::parse(body, ec);
@@ -171,46 +177,6 @@ attempt_result parse_whole(std::string_view body) {
 }
 
 } // namespace
-
-void append_chat_message(std::string& out, const chat_message& m) {
-    using namespace std::string_view_literals;
-    out += "{\"role\":"sv;
-    // The usual roles as they are written; literals appended with their lengths known.
-    if (m.role == "user")
-        out += "\"user\""sv;
-    else if (m.role == "assistant")
-        out += "\"assistant\""sv;
-    else if (m.role == "system")
-        out += "\"system\""sv;
-    else if (m.role == "tool")
-        out += "\"tool\""sv;
-    else
-        append_json_string(out, m.role);
-    out += ",\"content\":"sv;
-    if (m.content.empty() && !m.tool_calls.empty())
-        out += "null"sv;
-    else
-        append_json_string(out, m.content);
-    if (!m.tool_calls.empty()) {
-        out += ",\"tool_calls\":["sv;
-        for (std::size_t i = 0; i < m.tool_calls.size(); ++i) {
-            const auto& c = m.tool_calls[i];
-            out += i ? ",{\"id\":"sv : "{\"id\":"sv;
-            append_json_string(out, c.id);
-            out += ",\"type\":\"function\",\"function\":{\"name\":"sv;
-            append_json_string(out, c.name);
-            out += ",\"arguments\":"sv;
-            append_json_string(out, c.arguments);
-            out += "}}"sv;
-        }
-        out += ']';
-    }
-    if (m.role == "tool") {
-        out += ",\"tool_call_id\":"sv;
-        append_json_string(out, m.tool_call_id);
-    }
-    out += '}';
-}
 
 namespace {
 
@@ -272,8 +238,8 @@ struct stream_state {
     bool sse = false;
     std::string body;
     std::string error; // the first malformed or error chunk: the rest is ignored
-    bool done = false; // "data: [DONE]" arrived
-    bool delivered = false;
+    bool done = false;      // "data: [DONE]" arrived
+    bool delivered = false; // reply text went to on_delta (reasoning alone may be shown again)
 
     void head(const http_response& h) {
         std::string type(h.header("content-type").value_or("").substr(0, 17));
@@ -288,8 +254,38 @@ struct stream_state {
             return;
         }
         if (done || !error.empty()) return;
-        for (auto& ev : parser.feed(bytes)) {
-            if (ev.data == "[DONE]") {
+        take(parser.feed(bytes));
+        if (parser.failed()) error = parser.error();
+    }
+
+    // The end of the body: a last event without its blank line is judged here. "[DONE]" so
+    // framed still ends the stream; a chunk so framed may have been cut, and is not taken.
+    void end() {
+        if (!sse || done || !error.empty()) return;
+        for (auto& ev : parser.finish()) {
+            if (is_done(ev.data))
+                done = true;
+            else
+                unfinished = true;
+        }
+    }
+
+    // The body is complete: [DONE] came, or (some compatible servers omit it) a finish_reason
+    // and nothing after it but white space.
+    bool complete() const {
+        return error.empty() && (done || (!unfinished && !assembler.result().finish_reason.empty()));
+    }
+
+private:
+    static bool is_done(std::string_view data) {
+        while (!data.empty() && (data.back() == ' ' || data.back() == '\t'))
+            data.remove_suffix(1);
+        return data == "[DONE]";
+    }
+
+    void take(std::vector<sse_event> events) {
+        for (auto& ev : events) {
+            if (is_done(ev.data)) {
                 done = true;
                 return;
             }
@@ -302,15 +298,14 @@ struct stream_state {
                 error = "a stream event is not a JSON object";
                 return;
             }
-            auto text = assembler.add(v.get_object(), error);
+            auto d = assembler.add(v.get_object(), error);
             if (!error.empty()) return;
-            if (!text.empty()) {
-                delivered = true;
-                if (on_delta) on_delta(text);
-            }
+            if (!d.text.empty()) delivered = true;
+            if ((!d.text.empty() || !d.reasoning.empty()) && on_delta) on_delta({d.text, d.reasoning});
         }
-        if (parser.failed()) error = parser.error();
     }
+
+    bool unfinished = false; // the body ended inside an event that was not [DONE]
 };
 
 class openai_model final : public model_client {
@@ -380,8 +375,7 @@ private:
         if (ec) co_return failed(outcome::retry, transport_failure(ec));
         if (resp.status != 200) co_return status_failure(resp, resp.body);
         auto r = parse_whole(resp.body);
-        if (r.kind == outcome::done && !r.completion.text.empty() && on_delta)
-            on_delta(r.completion.text);
+        if (r.kind == outcome::done) show_whole(r.completion, on_delta);
         co_return r;
     }
 
@@ -397,6 +391,7 @@ private:
         auto [ec, head] = co_await http_->stream(method, url_, std::move(headers),
                                                  borrowed_body{body}, cfg_.timeout, on_head, on_body);
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
+        st.end();
         // Everything arrived: a connection lost after [DONE] costs nothing.
         if (st.done && st.error.empty())
             co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
@@ -410,16 +405,14 @@ private:
         if (head.status != 200) co_return status_failure(head, st.body);
         if (!st.sse) {
             auto r = parse_whole(st.body);
-            if (r.kind == outcome::done && !r.completion.text.empty() && on_delta)
-                on_delta(r.completion.text);
+            if (r.kind == outcome::done) show_whole(r.completion, on_delta);
             co_return r;
         }
         if (!st.error.empty()) co_return failed(outcome::fail, "stream error: " + st.error);
-        // Without [DONE] (some compatible servers omit it) a body is complete when its last event
-        // was whole and a finish_reason came; otherwise it was cut short (a server that died with
-        // a close-delimited body), or was never a stream of chunks at all.
-        // As for a broken connection: shown text is never shown twice, so no second attempt.
-        if (st.parser.has_partial() || st.assembler.result().finish_reason.empty())
+        // Otherwise it was cut short (a server that died with a close-delimited body), or was
+        // never a stream of chunks at all. As for a broken connection: shown text is never shown
+        // twice, so no second attempt.
+        if (!st.complete())
             co_return failed(st.delivered ? outcome::fail : outcome::retry,
                              "the stream ended without [DONE] or a finish_reason");
         co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};

@@ -30,6 +30,24 @@ bool sse_parser::has_partial() const {
     return !line_.empty() || !bom_buf_.empty() || in_event_;
 }
 
+std::vector<sse_event> sse_parser::finish() {
+    std::vector<sse_event> out;
+    if (failed()) return out;
+    if (!bom_buf_.empty()) {
+        std::string held = std::move(bom_buf_);
+        bom_buf_.clear();
+        bom_done_ = true;
+        consume(held, out);
+    }
+    if (!line_.empty()) {
+        std::string line = std::move(line_);
+        line_.clear();
+        process_line(line, out);
+    }
+    if (in_event_) dispatch(out);
+    return out;
+}
+
 void sse_parser::fail(std::string_view what) {
     error_ = std::string(what) + " exceeds " + std::to_string(max_size_) + " bytes";
     line_.clear();

@@ -217,6 +217,7 @@ public:
         auto& stored = find_turn(t.turn_id);
         stored.status = t.status;
         stored.reply = t.reply;
+        stored.refusal = t.refusal;
         stored.steps = t.steps;
         stored.usage = t.usage;
         stored.error = t.error;

@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 4> migrations{
+constexpr std::array<std::string_view, 5> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -116,6 +116,10 @@ END;
 CREATE TRIGGER outbox_counts_delete AFTER DELETE ON outbox BEGIN
     UPDATE outbox_counts SET n = n - 1 WHERE status = OLD.status AND uncertain = (OLD.uncertain != 0);
 END;
+)sql",
+    // 5: a turn whose reply is the model's refusal.
+    R"sql(
+ALTER TABLE turns ADD COLUMN refusal INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 

@@ -74,7 +74,7 @@ db_ptr open_database(const sqlite_options& opts) {
 const std::string turn_columns =
     "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
     "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
-    "finished_at";
+    "finished_at, refusal";
 
 const std::string tape_columns = "id, kind, payload, created_at, turn_id";
 
@@ -102,7 +102,7 @@ struct statements {
           finish_turn(db,
                       "UPDATE turns SET status = ?2, reply = ?3, steps = ?4, prompt_tokens = ?5, "
                       "completion_tokens = ?6, error_code = ?7, error_message = ?8, started_at = ?9, "
-                      "finished_at = ?10 WHERE turn_id = ?1"),
+                      "finished_at = ?10, refusal = ?11 WHERE turn_id = ?1"),
           ensure_session(db, "INSERT INTO sessions (session_id, tenant, agent, created_at) "
                              "VALUES (?1, '', 'default', ?2) ON CONFLICT (session_id) DO NOTHING"),
           tape_next(db, "SELECT tape_next FROM sessions WHERE session_id = ?1"),
@@ -220,6 +220,7 @@ turn_record read_turn(const query& q) {
     t.created_at = q.int64(15);
     t.started_at = q.opt_int64(16);
     t.finished_at = q.opt_int64(17);
+    t.refusal = q.int64(18) != 0;
     return t;
 }
 
@@ -375,6 +376,7 @@ public:
                            .bind(8, error_message)
                            .bind(9, t.started_at)
                            .bind(10, t.finished_at)
+                           .bind(11, static_cast<std::int64_t>(t.refusal))
                            .run();
         if (changed == 0) throw std::runtime_error("sqlite: unknown turn: " + t.turn_id);
         tx.commit();

@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto v = boost::json::parse(in.substr(start, end - start), ec);
         if (!ec && v.is_object()) {
             std::string error;
-            auto text = assembler.add(v.as_object(), error);
-            if (!error.empty() && !text.empty()) std::abort();
+            auto added = assembler.add(v.as_object(), error);
+            if (!error.empty() && (!added.text.empty() || !added.reasoning.empty())) std::abort();
             std::string error2;
             auto whole = baton::parse_chat_completion(v.as_object(), error2);
             (void)whole;
