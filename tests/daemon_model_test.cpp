@@ -3,6 +3,7 @@
 #include "tests/daemon_fixture.hpp"
 #include "tests/fake_openai.hpp"
 #include "tests/model_daemon.hpp"
+#include "tests/sse_frames.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -39,6 +40,81 @@ BOOST_AUTO_TEST_CASE(a_tool_call_completes_in_two_steps_with_the_tool_output_in_
         kinds.emplace_back(e.at("kind").as_string());
     BOOST_TEST(kinds == (std::vector<std::string>{"message", "tool_call", "tool_result", "message"}),
                boost::test_tools::per_element());
+}
+
+// DeepSeek's thinking mode answers 400 to a tool step whose assistant message lacks the
+// reasoning_content it sent: the reasoning goes back within the turn, streams to clients as
+// model.reasoning, stays on the tape, and never becomes the reply or later turns' context.
+BOOST_AUTO_TEST_CASE(a_thinking_model_gets_its_reasoning_back_on_the_tool_step) {
+    model_daemon d(json::object{}, true);
+    json::array calls{{{"index", 0}, {"id", "call_1"}, {"function", {{"name", "clock"}, {"arguments", "{}"}}}}};
+    d.model.push(fake_reply::sse({chunk({{"role", "assistant"}, {"reasoning_content", "I should check "}}),
+                                  chunk({{"reasoning_content", "the clock."}}),
+                                  chunk({{"tool_calls", calls}}, "tool_calls")},
+                                 7));
+    d.model.push(fake_reply::sse({chunk({{"reasoning_content", "Now answer."}}),
+                                  chunk({{"content", "It is now."}}, "stop")}));
+    auto tid = d.post("what time is it?");
+    auto t = d.wait_for_turn(tid);
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    BOOST_TEST(t.at("reply").as_string() == "It is now.");
+    BOOST_TEST(!t.contains("refusal"));
+
+    auto reqs = d.model.requests();
+    BOOST_REQUIRE_EQUAL(reqs.size(), 2u);
+    const auto& sent = reqs[1].body.at("messages").as_array();
+    const auto& asked = sent[sent.size() - 2].as_object();
+    BOOST_TEST(asked.at("role").as_string() == "assistant");
+    BOOST_TEST(asked.at("tool_calls").at(0).at("id").as_string() == "call_1");
+    BOOST_TEST(asked.at("reasoning_content").as_string() == "I should check the clock.");
+
+    std::string reasoning, reply;
+    for (const auto& f : parse_sse(d.request("GET", "/v1/turns/" + tid + "/events").body)) {
+        if (f.event == "model.reasoning") reasoning += f.data.at("text").as_string();
+        if (f.event == "model.delta") reply += f.data.at("text").as_string();
+    }
+    BOOST_TEST(reasoning == "I should check the clock.Now answer.");
+    BOOST_TEST(reply == "It is now.");
+
+    auto tape = d.request("GET", "/v1/sessions/s1/tape");
+    std::vector<std::string> kept;
+    for (auto& e : tape.json.at("entries").as_array()) {
+        const auto& p = e.at("payload").as_object();
+        if (e.at("kind") != "message" || p.at("role") != "assistant") continue;
+        BOOST_TEST(p.at("reasoning").at("field").as_string() == "reasoning_content");
+        kept.emplace_back(p.at("reasoning").at("text").as_string());
+    }
+    BOOST_TEST(kept == (std::vector<std::string>{"I should check the clock.", "Now answer."}),
+               boost::test_tools::per_element());
+
+    // The next turn's context has the earlier answer without its reasoning.
+    d.model.push(fake_reply::sse({chunk({{"content", "Still now."}}, "stop")}));
+    BOOST_TEST(d.wait_for_turn(d.post("and now?")).at("reply").as_string() == "Still now.");
+    reqs = d.model.requests();
+    BOOST_REQUIRE_EQUAL(reqs.size(), 3u);
+    for (const auto& m : reqs[2].body.at("messages").as_array())
+        BOOST_TEST(!m.as_object().contains("reasoning_content"));
+}
+
+// An OpenAI refusal: its text is the reply, and the record says it was one.
+BOOST_AUTO_TEST_CASE(a_refusal_is_the_reply_and_the_record_says_so) {
+    model_daemon d;
+    fake_reply r;
+    r.headers = {{"Content-Type", "application/json"}};
+    r.pieces = {R"({"id":"chatcmpl-r","object":"chat.completion","model":"gpt-fake","choices":[{"index":0,)"
+                R"("message":{"role":"assistant","content":null,"refusal":"I can't help with that."},)"
+                R"("finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":7}})"};
+    d.model.push(r);
+    auto tid = d.post("something bad");
+    auto t = d.wait_for_turn(tid);
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    BOOST_TEST(t.at("reply").as_string() == "I can't help with that.");
+    BOOST_TEST(t.at("refusal").as_bool());
+    BOOST_TEST(t.at("usage").at("completion_tokens").as_int64() == 7);
+    const auto frames = parse_sse(d.request("GET", "/v1/turns/" + tid + "/events").body);
+    BOOST_REQUIRE(!frames.empty());
+    BOOST_TEST(frames.back().event == "turn.finished");
+    BOOST_TEST(frames.back().data.at("refusal").as_bool());
 }
 
 BOOST_AUTO_TEST_CASE(streamed_replies_complete) {

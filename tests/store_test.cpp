@@ -92,6 +92,7 @@ void check_same_turn(const turn_record& got, const turn_record& want) {
     BOOST_TEST(got.tenant == want.tenant);
     BOOST_TEST(to_string(got.status) == to_string(want.status));
     BOOST_TEST((got.reply == want.reply));
+    BOOST_TEST(got.refusal == want.refusal);
     BOOST_TEST(got.steps == want.steps);
     BOOST_TEST(got.usage.prompt_tokens == want.usage.prompt_tokens);
     BOOST_TEST(got.usage.completion_tokens == want.usage.completion_tokens);
@@ -359,11 +360,16 @@ BOOST_DATA_TEST_CASE(mark_running_then_finish_turn, bdata::make(kinds), kind) {
     BOOST_TEST(running->started_at.value_or(0) == 1'700'000'000'100);
 
     t.status = turn_status::completed;
-    t.reply = "done";
+    t.reply = "I can't help with that.";
+    t.refusal = true;
     t.steps = 3;
     t.usage = {10, 20};
     t.started_at = 1'700'000'000'200; // finish_turn's record is the final word, started_at included
     t.finished_at = 1'700'000'000'900;
+    f.s->finish_turn(t);
+    check_same_turn(*f.s->get_turn("t_1"), t);
+    t.refusal = false;
+    t.reply = "done";
     f.s->finish_turn(t);
     check_same_turn(*f.s->get_turn("t_1"), t);
 

@@ -1,5 +1,5 @@
-// SSE parser: any bytes, cut anywhere, give the same events as the whole input fed at once, and
-// the parser never grows past its limit.
+// SSE parser: any bytes, cut anywhere, give the same events as the whole input fed at once (and
+// the same unfinished one at the end), and the parser never grows past its limit.
 #include <baton/sse.hpp>
 
 #include <cstddef>
@@ -35,6 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (whole.last_event_id() != pieces.last_event_id()) std::abort();
         if (whole.retry() != pieces.retry()) std::abort();
         if (whole.comments() != pieces.comments()) std::abort();
+        // The end of the stream hands over the same unfinished event, then nothing is left.
+        if (whole.finish() != pieces.finish()) std::abort();
+        if (whole.has_partial() || !whole.finish().empty()) std::abort();
     }
     for (auto& e : a)
         if (e.data.size() > limit) std::abort();
