@@ -17,7 +17,7 @@ const char* usage_text = R"(usage: baton-bench <command> [options]
       turns through the seven-stage pipeline in-process (memory store, null model, a context
       window of T tokens, default 8192); with --session-length, N turns in one session: first
       100 against last 100, wall and CPU time, on one core unless --pin 0
-  mock-model [--listen HOST:PORT] [--delay-ms D] [--threads N] [--chunks K]
+  mock-model [--listen HOST:PORT] [--delay-ms D] [--threads N] [--chunks K] [--reasoning]
       a deterministic OpenAI-compatible chat-completions server (default 127.0.0.1:0); prints
       `listening on http://HOST:PORT`; stops on SIGINT/SIGTERM and prints its request count
   load [--url URL] [--clients C] [--sessions K] [--turns N] [--seconds S] [--mode poll|sse|ws]

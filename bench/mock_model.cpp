@@ -14,6 +14,8 @@
 //    a name delta then an arguments delta), a finish_reason chunk, a usage chunk (choices []), then
 //    `data: [DONE]`. The whole stream goes out in one write: the mock is meant to cost little.
 //  - --delay-ms D: a timer of D ms before answering (threads keep serving meanwhile).
+//  - --reasoning: each answer also thinks, "thinking about: " + the same 32 bytes, as DeepSeek does:
+//    `reasoning_content` in the message, or streamed in 2 pieces before the text or tool call.
 //  - bad JSON or a malformed request: 400 with an OpenAI error object; unknown path: 404; another
 //    method on a known path: 405.
 // SIGINT/SIGTERM: stops, prints `requests: N` and the JSON line.
@@ -59,6 +61,7 @@ struct mock_answer {
     std::string text;      // when !tool
     std::string tool_name; // when tool
     std::string arguments;
+    std::string reasoning; // with --reasoning
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
 };
@@ -134,7 +137,7 @@ std::string example_arguments(const json::object& function) {
 }
 
 // The answer to a request body, or the 400 that it deserves.
-std::variant<mock_answer, mock_reply> plan(std::string_view body) {
+std::variant<mock_answer, mock_reply> plan(std::string_view body, bool reasoning) {
     boost::system::error_code ec;
     auto v = json::parse(body, ec);
     if (ec) return error_reply(400, "the body is not valid JSON: " + ec.message(), "invalid_json");
@@ -182,6 +185,7 @@ std::variant<mock_answer, mock_reply> plan(std::string_view body) {
     } else {
         a.text = "ok: " + std::string(cut_utf8(user_text, 32));
     }
+    if (reasoning) a.reasoning = "thinking about: " + std::string(cut_utf8(user_text, 32));
     a.prompt_tokens = body.size() / 4;
     a.completion_tokens = std::max<std::uint64_t>(1, (a.tool ? a.arguments.size() : a.text.size()) / 4);
     return a;
@@ -204,6 +208,7 @@ std::string render_completion(const mock_answer& a, std::uint64_t n, std::int64_
     } else {
         message["content"] = a.text;
     }
+    if (!a.reasoning.empty()) message["reasoning_content"] = a.reasoning;
     json::object choice{{"index", 0},
                         {"message", std::move(message)},
                         {"finish_reason", a.tool ? "tool_calls" : "stop"}};
@@ -233,7 +238,23 @@ std::string render_stream(const mock_answer& a, std::uint64_t n, std::int64_t cr
         event(
             json::array{json::object{{"index", 0}, {"delta", std::move(d)}, {"finish_reason", finish}}});
     };
+    // `rest` as `field` deltas, in `k` pieces of about the same size.
+    auto stream_text = [&](std::string_view rest, std::string_view field, int k) {
+        std::size_t size = (rest.size() + k - 1) / static_cast<std::size_t>(std::max(k, 1));
+        while (!rest.empty()) {
+            auto piece = cut_utf8(rest, std::max<std::size_t>(size, 1));
+            if (piece.empty()) { // one character longer than a piece: send it whole
+                std::size_t len = 1;
+                while (len < rest.size() && (static_cast<unsigned char>(rest[len]) & 0xC0) == 0x80)
+                    ++len;
+                piece = rest.substr(0, len);
+            }
+            delta({{field, piece}});
+            rest.remove_prefix(piece.size());
+        }
+    };
     delta({{"role", "assistant"}, {"content", ""}});
+    stream_text(a.reasoning, "reasoning_content", 2);
     if (a.tool) {
         json::object fn{{"name", a.tool_name}, {"arguments", ""}};
         delta({{"tool_calls", json::array{json::object{{"index", 0},
@@ -244,19 +265,7 @@ std::string render_stream(const mock_answer& a, std::uint64_t n, std::int64_t cr
                 json::array{json::object{{"index", 0},
                                          {"function", json::object{{"arguments", a.arguments}}}}}}});
     } else {
-        std::string_view rest = a.text;
-        std::size_t size = (rest.size() + pieces - 1) / static_cast<std::size_t>(std::max(pieces, 1));
-        while (!rest.empty()) {
-            auto piece = cut_utf8(rest, std::max<std::size_t>(size, 1));
-            if (piece.empty()) { // one character longer than a piece: send it whole
-                std::size_t len = 1;
-                while (len < rest.size() && (static_cast<unsigned char>(rest[len]) & 0xC0) == 0x80)
-                    ++len;
-                piece = rest.substr(0, len);
-            }
-            delta({{"content", piece}});
-            rest.remove_prefix(piece.size());
-        }
+        stream_text(a.text, "content", pieces);
     }
     delta({}, a.tool ? "tool_calls" : "stop");
     event(json::array{}, usage_of(a));
@@ -269,6 +278,7 @@ std::string render_stream(const mock_answer& a, std::uint64_t n, std::int64_t cr
 struct settings {
     std::chrono::milliseconds delay{0};
     int pieces = 4;
+    bool reasoning = false;
 };
 
 struct counters {
@@ -282,7 +292,7 @@ mock_reply handle(const bhttp::request<bhttp::string_body>& req, const settings&
     if (path == "/v1/chat/completions" || path == "/chat/completions") {
         if (req.method() != bhttp::verb::post)
             return error_reply(405, "use POST on " + std::string(path), "method_not_allowed");
-        auto planned = plan(req.body());
+        auto planned = plan(req.body(), cfg.reasoning);
         if (auto* r = std::get_if<mock_reply>(&planned)) return std::move(*r);
         const auto& a = std::get<mock_answer>(planned);
         auto id = n.completions.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -367,11 +377,12 @@ asio::awaitable<void> accept_loop(tcp::acceptor& acceptor, const settings& cfg, 
 } // namespace
 
 int run_mock_model(const options& opt) {
-    opt.only({"--listen", "--delay-ms", "--threads", "--chunks"});
+    opt.only({"--listen", "--delay-ms", "--threads", "--chunks"}, {"--reasoning"});
     std::string listen = opt.text("--listen", "127.0.0.1:0");
     settings cfg;
     cfg.delay = std::chrono::milliseconds(static_cast<long>(opt.number("--delay-ms", 0)));
     cfg.pieces = static_cast<int>(opt.number("--chunks", 4));
+    cfg.reasoning = opt.flag("--reasoning");
     int threads = static_cast<int>(opt.number("--threads", 1));
     auto colon = listen.rfind(':');
     if (colon == std::string::npos || threads < 1 || cfg.pieces < 1 || cfg.delay.count() < 0) {

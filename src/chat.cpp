@@ -98,7 +98,7 @@ struct local_chat {
     asio::strand<asio::io_context::executor_type> out;
     std::string session;
     bool tty;
-    chat_view view{std::cout, chat_view::mode::in_process};
+    chat_view view{std::cout, chat_view::mode::in_process, dim_stdout()};
     std::set<std::string> running; // turns of the session queued or running
     bool eof = false;
     bool interrupted = false;

@@ -95,7 +95,7 @@ struct remote_chat {
     std::string url_text;
     std::string session;
     bool tty;
-    chat_view view{std::cout, chat_view::mode::remote};
+    chat_view view{std::cout, chat_view::mode::remote, dim_stdout()};
     std::vector<message> messages;        // "c-N" is messages[N-1]
     std::set<std::string> finished_turns; // no reply frame to wait for
     // Turns that turn.finished said completed with this reply, and when it said so.

@@ -3,6 +3,10 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <cstdlib>
+#include <unistd.h>
+#include <utility>
+
 namespace baton {
 
 namespace json = boost::json;
@@ -25,13 +29,17 @@ std::string compact_arguments(const json::object& o) {
 
 // Finished turns remembered for reply frames that come after turn.finished.
 constexpr std::size_t shown_kept = 256;
+
+bool blank(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 } // namespace
 
 std::string one_line_preview(std::string_view s, std::size_t max) {
     std::string out;
     bool space = false;
     for (char c : s) {
-        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+        if (blank(c)) {
             space = !out.empty();
             continue;
         }
@@ -45,6 +53,10 @@ std::string one_line_preview(std::string_view s, std::size_t max) {
         --cut;
     out.resize(cut);
     return out + "...";
+}
+
+bool dim_stdout() {
+    return ::isatty(1) == 1 && !std::getenv("NO_COLOR");
 }
 
 void chat_view::end_line() {
@@ -71,11 +83,35 @@ void chat_view::on_error(std::string_view code, std::string_view message) {
     line("[error: " + std::string(code) + ": " + std::string(message) + "]");
 }
 
+// One folded line for the reasoning of a model call, when it has any; never on the reply's line.
+void chat_view::show_thinking(std::string_view turn_id) {
+    auto it = turns_.find(turn_id);
+    if (it == turns_.end() || it->second.reasoning.empty()) return;
+    it->second.reasoning_chars = 0;
+    std::string preview = one_line_preview(std::exchange(it->second.reasoning, {}), thinking_preview);
+    if (preview.empty()) return;
+    std::string text = "  [thinking: " + preview + "]";
+    line(dim_ ? "\x1b[2m" + text + "\x1b[0m" : text);
+}
+
 void chat_view::on_event(std::string_view turn_id, std::string_view type, const json::object& data) {
+    if (type == "model.reasoning") {
+        std::string text = string_or_json(data, "text");
+        auto& t = turns_[std::string(turn_id)];
+        // Only its start is shown: once that is more than a preview, the rest is not kept.
+        if (t.reasoning_chars > thinking_preview) return;
+        for (char c : text)
+            t.reasoning_chars += !blank(c);
+        t.reasoning += text;
+        return;
+    }
     if (type == "model.delta") {
         std::string text = string_or_json(data, "text");
         if (text.empty()) return;
         if (streaming_turn_ != turn_id) {
+            // Reasoning goes above the reply; what comes once the reply is under way waits for
+            // the end of its line.
+            show_thinking(turn_id);
             end_line();
             out_ << "baton> ";
             streaming_turn_ = turn_id;
@@ -87,6 +123,7 @@ void chat_view::on_event(std::string_view turn_id, std::string_view type, const 
     }
     if (type == "model.call") {
         end_line();
+        show_thinking(turn_id);
         turns_[std::string(turn_id)].streamed.clear();
         const auto* step = data.if_contains("step");
         // Step 1 is every turn's; later ones follow tool results and are worth a line.
@@ -96,9 +133,11 @@ void chat_view::on_event(std::string_view turn_id, std::string_view type, const 
     }
     if (type == "model.result") {
         end_line();
+        show_thinking(turn_id);
         return;
     }
     if (type == "tool.call") {
+        show_thinking(turn_id);
         std::string name = string_or_json(data, "name");
         turns_[std::string(turn_id)].tools[string_or_json(data, "call_id")] = name;
         line("  [tool " + name + " " + one_line_preview(compact_arguments(data), args_preview) + "]");
@@ -119,6 +158,7 @@ void chat_view::on_event(std::string_view turn_id, std::string_view type, const 
 
 void chat_view::finish(std::string_view turn_id, const json::object& data) {
     end_line();
+    show_thinking(turn_id);
     std::string shown;
     if (auto it = turns_.find(turn_id); it != turns_.end()) {
         shown = std::move(it->second.streamed);
@@ -162,6 +202,7 @@ void chat_view::on_reply(std::string_view turn_id, std::string_view text) {
     for (const auto& [id, t] : shown_)
         if (id == turn_id) shown = t;
     if (!text.empty() && text == shown) return;
+    show_thinking(turn_id);
     line("baton> " + std::string(text));
     if (auto it = turns_.find(turn_id); it != turns_.end())
         it->second.streamed = std::string(text);

@@ -215,6 +215,23 @@ BOOST_AUTO_TEST_CASE(over_websocket_each_reply_is_shown_once_and_acked) {
     BOOST_TEST(later.output.find("echo:") == std::string::npos, later.output);
 }
 
+BOOST_AUTO_TEST_CASE(reasoning_is_shown_folded_on_its_own_line_and_never_in_the_reply) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    fake_openai model;
+    model.push(
+        fake_reply::sse({chunk({{"role", "assistant"}, {"reasoning_content", "The user says hi."}}),
+                         chunk({{"reasoning_content", " Greet back."}}), chunk({{"content", "Hi "}}),
+                         chunk({{"content", "there"}}), chunk({}, "stop")}));
+    auto r = run_baton({"chat", "--config", fake_model_config(f, model)}, "hi\n");
+    BOOST_TEST(r.exit_code == 0, r.output);
+    check_in_order(r.output, {"  [thinking: The user says hi. Greet back.]\n", "baton> Hi there\n"});
+    // Not a terminal: no escape codes; the reasoning shown once, folded, never as the reply.
+    BOOST_TEST(r.output.find('\x1b') == std::string::npos, r.output);
+    BOOST_TEST(r.output.find("Greet back", r.output.find("Greet back") + 1) == std::string::npos,
+               r.output);
+    BOOST_TEST(r.output.find("baton> The user") == std::string::npos, r.output);
+}
+
 BOOST_AUTO_TEST_CASE(over_websocket_tool_calls_and_steps_are_shown_as_in_process) {
     daemon_fixture d(daemon_fixture::deferred{});
     fake_openai model;
@@ -305,6 +322,53 @@ BOOST_AUTO_TEST_CASE(remote_prints_reply_frames_unless_already_streamed) {
     v.on_error("invalid_request", "text is empty");
     BOOST_TEST(out.str() == "baton> streamed\nbaton> echo: hi\nbaton> from an earlier chat\n"
                             "[error: invalid_request: text is empty]\n");
+}
+
+BOOST_AUTO_TEST_CASE(reasoning_is_one_folded_line_above_the_reply_and_not_in_it) {
+    std::ostringstream out;
+    chat_view v(out, chat_view::mode::in_process);
+    v.on_event("t1", "model.call", {{"step", 1}});
+    v.on_event("t1", "model.reasoning", {{"text", "The user greets me.\n"}});
+    v.on_event("t1", "model.reasoning",
+               {{"text", "  I should greet back, briefly and warmly, without any further questions."}});
+    // Nothing shown while it thinks.
+    BOOST_TEST(out.str() == "");
+    v.on_event("t1", "model.delta", {{"text", "hel"}});
+    v.on_event("t1", "model.delta", {{"text", "lo"}});
+    v.on_event("t1", "model.result", {{"step", 1}});
+    v.on_event("t1", "turn.finished", {{"status", "completed"}, {"reply", "hello"}});
+    BOOST_TEST(out.str() ==
+               "  [thinking: The user greets me. I should greet back, briefly and warmly,...]\n"
+               "baton> hello\n");
+}
+
+BOOST_AUTO_TEST_CASE(reasoning_ends_at_a_tool_call_a_result_or_the_end_of_the_reply_line) {
+    std::ostringstream out;
+    chat_view v(out, chat_view::mode::in_process);
+    v.on_event("t1", "model.call", {{"step", 1}});
+    v.on_event("t1", "model.reasoning", {{"text", "need the time"}});
+    v.on_event("t1", "tool.call", {{"call_id", "c1"}, {"name", "clock"}, {"arguments", "{}"}});
+    v.on_event("t1", "tool.result", {{"call_id", "c1"}, {"ok", true}, {"output", "12:00"}});
+    v.on_event("t1", "model.call", {{"step", 2}});
+    v.on_event("t1", "model.reasoning", {{"text", " \n "}}); // blank: no line
+    v.on_event("t1", "model.delta", {{"text", "It is "}});
+    // Mid-reply reasoning does not break the reply's line.
+    v.on_event("t1", "model.reasoning", {{"text", "late thought"}});
+    v.on_event("t1", "model.delta", {{"text", "noon"}});
+    v.on_event("t1", "model.result", {{"step", 2}});
+    v.on_event("t1", "turn.finished", {{"status", "completed"}, {"reply", "It is noon"}});
+    // A turn stopped while it thought still shows it, in remote mode too, and dim on a terminal.
+    std::ostringstream remote;
+    chat_view r(remote, chat_view::mode::remote, true);
+    r.on_event("t2", "model.reasoning", {{"text", "hmm"}});
+    r.on_event("t2", "turn.finished", {{"status", "stopped"}, {"reply", nullptr}});
+    BOOST_TEST(out.str() == "  [thinking: need the time]\n"
+                            "  [tool clock {}]\n"
+                            "  [tool clock -> ok: 12:00]\n"
+                            "  [step 2]\n"
+                            "baton> It is noon\n"
+                            "  [thinking: late thought]\n");
+    BOOST_TEST(remote.str() == "\x1b[2m  [thinking: hmm]\x1b[0m\n[stopped]\n");
 }
 
 BOOST_AUTO_TEST_CASE(previews_are_one_line_and_cut_at_a_character_boundary) {

@@ -1,7 +1,8 @@
 // End-to-end test of the web chat page (GET /) in headless Chromium, against the real daemon and
 // the project's mock model: what a user sees when sending, while a turn runs (steps, tool calls,
-// the streamed reply), and across a dropped connection (the reply that arrived meanwhile shows up
-// once after the reconnect). Run through tests/web/run (ctest web_chat).
+// the model's reasoning folded away, the streamed reply), and across a dropped connection (the
+// reply that arrived meanwhile shows up once after the reconnect). Run through tests/web/run
+// (ctest web_chat).
 // Usage: node chat.test.mjs --baton PATH --bench PATH [--chromium PATH]
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -103,9 +104,10 @@ async function until(what, fn, ms = WAIT_MS) {
 
 async function run() {
   const mock = await start('mock-model', args.bench,
-    ['mock-model', '--listen', '127.0.0.1:0', '--delay-ms', String(MODEL_DELAY_MS)]);
+    ['mock-model', '--listen', '127.0.0.1:0', '--delay-ms', String(MODEL_DELAY_MS), '--reasoning']);
   const config = join(work, 'baton.json');
-  // The clock tool makes each turn a tool call and then an answer: steps and tool lines to see.
+  // The clock tool makes each turn a tool call and then an answer: steps and tool lines to see;
+  // with --reasoning each of the two model calls first streams "thinking about: <text>".
   writeFileSync(config, JSON.stringify({
     agents: { default: {
       model: { provider: 'openai', base_url: `${mock}/v1`, model: 'mock', stream: true, timeout_ms: 20000 },
@@ -165,6 +167,26 @@ async function run() {
   check(/tool clock\(/.test(steps1), `no tool call line for clock in: ${steps1}`);
   check(/→ ok:/.test(steps1), `no tool result line in: ${steps1}`);
   check((await page.locator('#log b').count()) === 0, 'server text was rendered as HTML');
+  // The reasoning of each model call is in the turn's bubble, above the reply, folded: a closed
+  // <details> the user can open, and none of it in the reply text.
+  const reasoning1 = `thinking about: ${first}`;
+  const thoughts = await a1.locator('details.thinking').evaluateAll((els) => els.map((e) => ({
+    open: e.open, state: e.dataset.state, summary: e.querySelector('summary')?.textContent,
+    body: e.querySelector('.thought')?.textContent,
+    aboveReply: !!(e.compareDocumentPosition(e.closest('.msg').querySelector('.text')) &
+                   Node.DOCUMENT_POSITION_FOLLOWING),
+  })));
+  check(thoughts.length === 2, `expected a reasoning block per model call (2), got ${JSON.stringify(thoughts)}`);
+  for (const th of thoughts) {
+    check(th.body === reasoning1, `reasoning block: expected "${reasoning1}", got ${JSON.stringify(th)}`);
+    check(!th.open && th.state === 'done' && th.summary === 'thought' && th.aboveReply,
+          `the reasoning is not folded above the reply once done: ${JSON.stringify(th)}`);
+  }
+  check(!(await a1.locator('.text').textContent()).includes('thinking about'), 'the reasoning is in the reply');
+  const thought1 = a1.locator('details.thinking .thought').first();
+  check(!(await thought1.isVisible()), 'the reasoning is shown unfolded');
+  await a1.locator('details.thinking summary').first().click();
+  check(await thought1.isVisible(), 'clicking "thought" does not unfold the reasoning');
 
   // 2. A second message; the socket dies right after it is accepted, and stays down until the
   // daemon has finished the turn, so its reply can only come from the re-send on subscribe.
