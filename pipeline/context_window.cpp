@@ -49,6 +49,10 @@ std::int64_t estimate_tokens(const chat_message& m) {
     for (const auto& c : m.tool_calls)
         n += per_message + estimate_tokens(c.name) + estimate_tokens(c.arguments) + 3;
     if (!m.tool_call_id.empty()) n += 3;
+    // Reasoning counts where it is sent back (append_chat_message): a thinking model's can be
+    // longer than its answer.
+    if (!m.reasoning.field.empty()) n += estimate_tokens(m.reasoning.text);
+    if (!m.reasoning.details.empty()) n += estimate_tokens(json::serialize(m.reasoning.details));
     return n;
 }
 

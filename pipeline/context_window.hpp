@@ -25,7 +25,7 @@ std::string_view clip_utf8(std::string_view s, std::size_t max);
 
 // Tokens without a tokenizer: a quarter of the ASCII bytes, one per other character.
 std::int64_t estimate_tokens(std::string_view text);
-// A message's estimate, including its framing and tool calls.
+// A message's estimate, including its framing, tool calls and the reasoning it sends back.
 std::int64_t estimate_tokens(const chat_message& m);
 std::int64_t estimate_tokens(const std::vector<tool_schema>& tools);
 

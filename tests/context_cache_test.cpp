@@ -80,6 +80,13 @@ BOOST_AUTO_TEST_CASE(estimates_tokens_without_a_tokenizer) {
     BOOST_TEST(estimate_tokens(std::string_view("abcde")) == 2);
     BOOST_TEST(estimate_tokens(std::string_view("日本語")) == 3); // one per non-ASCII character
     BOOST_TEST(estimate_tokens(chat_message{"user", std::string(400, 'x'), {}, {}}) == 104);
+    // Reasoning counts where it goes back to the model (under a field), not where it does not.
+    chat_message thought{"assistant", "ok", {}, {}};
+    thought.reasoning.text = std::string(400, 'r');
+    const auto bare = estimate_tokens(chat_message{"assistant", "ok", {}, {}});
+    BOOST_TEST(estimate_tokens(thought) == bare);
+    thought.reasoning.field = "reasoning_content";
+    BOOST_TEST(estimate_tokens(thought) == bare + 100);
 }
 
 BOOST_AUTO_TEST_CASE(window_holds_pinned_blocks_then_everything_since_the_last_anchor) {

@@ -47,13 +47,14 @@ BOOST_AUTO_TEST_CASE(a_tool_call_completes_in_two_steps_with_the_tool_output_in_
 // model.reasoning, stays on the tape, and never becomes the reply or later turns' context.
 BOOST_AUTO_TEST_CASE(a_thinking_model_gets_its_reasoning_back_on_the_tool_step) {
     model_daemon d(json::object{}, true);
-    json::array calls{{{"index", 0}, {"id", "call_1"}, {"function", {{"name", "clock"}, {"arguments", "{}"}}}}};
-    d.model.push(fake_reply::sse({chunk({{"role", "assistant"}, {"reasoning_content", "I should check "}}),
-                                  chunk({{"reasoning_content", "the clock."}}),
-                                  chunk({{"tool_calls", calls}}, "tool_calls")},
-                                 7));
-    d.model.push(fake_reply::sse({chunk({{"reasoning_content", "Now answer."}}),
-                                  chunk({{"content", "It is now."}}, "stop")}));
+    json::array calls{
+        {{"index", 0}, {"id", "call_1"}, {"function", {{"name", "clock"}, {"arguments", "{}"}}}}};
+    d.model.push(fake_reply::sse(
+        {chunk({{"role", "assistant"}, {"reasoning_content", "I should check "}}),
+         chunk({{"reasoning_content", "the clock."}}), chunk({{"tool_calls", calls}}, "tool_calls")},
+        7));
+    d.model.push(fake_reply::sse(
+        {chunk({{"reasoning_content", "Now answer."}}), chunk({{"content", "It is now."}}, "stop")}));
     auto tid = d.post("what time is it?");
     auto t = d.wait_for_turn(tid);
     BOOST_TEST(t.at("status").as_string() == "completed");
@@ -101,9 +102,10 @@ BOOST_AUTO_TEST_CASE(a_refusal_is_the_reply_and_the_record_says_so) {
     model_daemon d;
     fake_reply r;
     r.headers = {{"Content-Type", "application/json"}};
-    r.pieces = {R"({"id":"chatcmpl-r","object":"chat.completion","model":"gpt-fake","choices":[{"index":0,)"
-                R"("message":{"role":"assistant","content":null,"refusal":"I can't help with that."},)"
-                R"("finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":7}})"};
+    r.pieces = {
+        R"({"id":"chatcmpl-r","object":"chat.completion","model":"gpt-fake","choices":[{"index":0,)"
+        R"("message":{"role":"assistant","content":null,"refusal":"I can't help with that."},)"
+        R"("finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":7}})"};
     d.model.push(r);
     auto tid = d.post("something bad");
     auto t = d.wait_for_turn(tid);

@@ -35,8 +35,9 @@ const char* streams_dir() {
 
 struct recordings_present {
     boost::test_tools::assertion_result operator()(utf::test_unit_id) const {
-        const bool present = streams_dir() != nullptr &&
-                             std::filesystem::exists(std::filesystem::path(streams_dir()) / "manifest.json");
+        const bool present =
+            streams_dir() != nullptr &&
+            std::filesystem::exists(std::filesystem::path(streams_dir()) / "manifest.json");
         boost::test_tools::assertion_result r(present);
         if (!r)
             r.message() << "skipped: set BATON_PROVIDER_STREAMS to a directory of recorded provider "
@@ -104,7 +105,8 @@ void fold_message(const json::object& m, expected& e) {
     for (const auto& item : d->get_array()) {
         const auto& o = item.get_object();
         if (!took)
-            for (const char* k : {"text", "summary"}) e.reasoning += str_or_empty(o.if_contains(k));
+            for (const char* k : {"text", "summary"})
+                e.reasoning += str_or_empty(o.if_contains(k));
         // Pieces of one item share its index and type; their strings are its text in pieces.
         json::object* same = nullptr;
         for (auto& have : e.details) {
@@ -131,7 +133,8 @@ void fold_message(const json::object& m, expected& e) {
 void read_usage(const json::object& o, expected& e) {
     const json::value* u = o.if_contains("usage");
     if (!u || u->is_null())
-        if (auto* g = o.if_contains("x_groq"); g && g->is_object()) u = g->get_object().if_contains("usage");
+        if (auto* g = o.if_contains("x_groq"); g && g->is_object())
+            u = g->get_object().if_contains("usage");
     if (!u || !u->is_object()) return;
     e.has_usage = true;
     e.prompt = u->get_object().at("prompt_tokens").to_number<std::int64_t>();
@@ -222,7 +225,8 @@ expected reference_stream(std::string body) {
             } else {
                 for (const auto& [k, have] : calls)
                     if (!id.empty() && have.id == id) i = k;
-                if (i < 0) i = id.empty() && last >= 0 ? last : (calls.empty() ? 0 : calls.rbegin()->first + 1);
+                if (i < 0)
+                    i = id.empty() && last >= 0 ? last : (calls.empty() ? 0 : calls.rbegin()->first + 1);
             }
             last = i;
             auto& call = calls[i];
@@ -245,10 +249,14 @@ expected reference_stream(std::string body) {
 enum class way { as_recorded, pieces, without_done, crlf };
 const char* name_of(way w) {
     switch (w) {
-    case way::as_recorded: return "byte for byte";
-    case way::pieces: return "7-byte pieces";
-    case way::without_done: return "without [DONE]";
-    case way::crlf: return "CRLF";
+    case way::as_recorded:
+        return "byte for byte";
+    case way::pieces:
+        return "7-byte pieces";
+    case way::without_done:
+        return "without [DONE]";
+    case way::crlf:
+        return "CRLF";
     }
     return "";
 }
@@ -403,7 +411,8 @@ void check_sent_back(replay_fixture& f, bool stream, const chat_completion& c, c
     if (want.details.empty())
         BOOST_TEST(!m.contains("reasoning_details"));
     else
-        BOOST_TEST((m.contains("reasoning_details") && m.at("reasoning_details") == json::value(want.details)));
+        BOOST_TEST(
+            (m.contains("reasoning_details") && m.at("reasoning_details") == json::value(want.details)));
 }
 
 } // namespace
@@ -424,8 +433,8 @@ BOOST_FIXTURE_TEST_CASE(every_recording_four_ways, replay_fixture) {
             std::string b = w == way::without_done ? without_done(body)
                             : w == way::crlf       ? with_crlf(body)
                                                    : body;
-            BOOST_TEST_CONTEXT(std::string(name) << " (" << entry.at("note").as_string() << "), "
-                                                 << name_of(w)) {
+            BOOST_TEST_CONTEXT(std::string(name)
+                               << " (" << entry.at("note").as_string() << "), " << name_of(w)) {
                 auto want = stream ? reference_stream(b) : reference_whole(b, status);
                 server.push(reply_for(b, stream, status, w));
                 auto got = call(stream, ask());

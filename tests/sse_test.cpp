@@ -424,7 +424,8 @@ BOOST_AUTO_TEST_CASE(malformed_chunks_reported_without_throwing_and_change_nothi
         }
     }
     // A good chunk after a bad one clears the error and carries on.
-    BOOST_TEST(a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"!"}}]})"), err).text == "!");
+    BOOST_TEST(a.add(parse_object(R"({"choices":[{"index":0,"delta":{"content":"!"}}]})"), err).text ==
+               "!");
     BOOST_TEST(err == "");
     BOOST_TEST(a.result().text == "ok!");
 }
@@ -479,7 +480,8 @@ BOOST_AUTO_TEST_CASE(tool_calls_without_an_index_follow_their_ids) {
     // Whole in one delta, as Mistral's tool calls usually come.
     add(R"({"choices":[{"index":0,"delta":{"content":null,"tool_calls":[{"id":"gS","function":)"
         R"({"name":"weather","arguments":"{}"}}]},"finish_reason":"tool_calls"}]})");
-    BOOST_TEST((a.take().tool_calls == std::vector<chat_completion::tool_call>{{"gS", "weather", "{}"}}));
+    BOOST_TEST(
+        (a.take().tool_calls == std::vector<chat_completion::tool_call>{{"gS", "weather", "{}"}}));
 }
 
 // Magistral: content as an array of parts, streamed and whole; text parts are the reply,
@@ -487,10 +489,11 @@ BOOST_AUTO_TEST_CASE(tool_calls_without_an_index_follow_their_ids) {
 BOOST_AUTO_TEST_CASE(content_parts_make_reply_and_reasoning) {
     chat_stream_assembler a;
     std::string err;
-    auto d = a.add(parse_object(R"({"choices":[{"delta":{"content":[{"type":"thinking","thinking":)"
-                                R"([{"type":"text","text":"two plus "},{"type":"text","text":"two"}]},)"
-                                R"({"type":"text","text":"4"},{"type":"image_url","image_url":"x"}]}}]})"),
-                   err);
+    auto d =
+        a.add(parse_object(R"({"choices":[{"delta":{"content":[{"type":"thinking","thinking":)"
+                           R"([{"type":"text","text":"two plus "},{"type":"text","text":"two"}]},)"
+                           R"({"type":"text","text":"4"},{"type":"image_url","image_url":"x"}]}}]})"),
+              err);
     BOOST_TEST(err == "");
     BOOST_TEST(d.text == "4");
     BOOST_TEST(d.reasoning == "two plus two");
@@ -515,13 +518,16 @@ BOOST_AUTO_TEST_CASE(content_parts_make_reply_and_reasoning) {
 BOOST_AUTO_TEST_CASE(reasoning_is_kept_apart_with_its_field) {
     chat_stream_assembler a;
     std::string err;
-    auto d = a.add(parse_object(R"({"choices":[{"delta":{"role":"assistant","reasoning_content":"Let me "}}]})"),
-                   err);
+    auto d = a.add(
+        parse_object(R"({"choices":[{"delta":{"role":"assistant","reasoning_content":"Let me "}}]})"),
+        err);
     BOOST_TEST(d.reasoning == "Let me ");
     BOOST_TEST(d.text == "");
     a.add(parse_object(R"({"choices":[{"delta":{"reasoning_content":"think.","content":null}}]})"), err);
-    a.add(parse_object(R"({"choices":[{"delta":{"reasoning_content":null,"content":"Hi"},"finish_reason":"stop"}]})"),
-          err);
+    a.add(
+        parse_object(
+            R"({"choices":[{"delta":{"reasoning_content":null,"content":"Hi"},"finish_reason":"stop"}]})"),
+        err);
     auto c = a.take();
     BOOST_TEST(err == "");
     BOOST_TEST(c.text == "Hi");
@@ -529,15 +535,18 @@ BOOST_AUTO_TEST_CASE(reasoning_is_kept_apart_with_its_field) {
     BOOST_TEST(c.reasoning.field == "reasoning_content");
 
     // OpenRouter: `reasoning` and reasoning_details side by side; the signature comes last.
-    a.add(parse_object(R"({"choices":[{"delta":{"reasoning":"A","reasoning_details":[{"type":"reasoning.text",)"
-                       R"("text":"A","signature":"","index":0}]}}]})"),
+    a.add(parse_object(
+              R"({"choices":[{"delta":{"reasoning":"A","reasoning_details":[{"type":"reasoning.text",)"
+              R"("text":"A","signature":"","index":0}]}}]})"),
           err);
-    a.add(parse_object(R"({"choices":[{"delta":{"reasoning":"B","reasoning_details":[{"type":"reasoning.text",)"
-                       R"("text":"B","index":0}]}}]})"),
+    a.add(parse_object(
+              R"({"choices":[{"delta":{"reasoning":"B","reasoning_details":[{"type":"reasoning.text",)"
+              R"("text":"B","index":0}]}}]})"),
           err);
-    a.add(parse_object(R"({"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text","signature":"s1",)"
-                       R"("index":0},{"type":"reasoning.encrypted","data":"xyz","index":1}]},)"
-                       R"("finish_reason":"stop"}]})"),
+    a.add(parse_object(
+              R"({"choices":[{"delta":{"reasoning_details":[{"type":"reasoning.text","signature":"s1",)"
+              R"("index":0},{"type":"reasoning.encrypted","data":"xyz","index":1}]},)"
+              R"("finish_reason":"stop"}]})"),
           err);
     BOOST_TEST(err == "");
     c = a.take();
@@ -571,8 +580,9 @@ BOOST_AUTO_TEST_CASE(usage_under_x_groq) {
     BOOST_TEST(c.completion_tokens == 9);
     // The usual field wins where both are sent.
     auto whole = parse_chat_completion(
-        parse_object(R"({"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":1,)"
-                     R"("completion_tokens":2},"x_groq":{"usage":{"prompt_tokens":7,"completion_tokens":8}}})"),
+        parse_object(
+            R"({"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":1,)"
+            R"("completion_tokens":2},"x_groq":{"usage":{"prompt_tokens":7,"completion_tokens":8}}})"),
         err);
     BOOST_TEST(whole.prompt_tokens == 1);
     auto groq = parse_chat_completion(
@@ -586,7 +596,8 @@ BOOST_AUTO_TEST_CASE(usage_under_x_groq) {
 BOOST_AUTO_TEST_CASE(a_refusal_is_the_reply) {
     chat_stream_assembler a;
     std::string err;
-    a.add(parse_object(R"({"choices":[{"delta":{"role":"assistant","content":null,"refusal":""}}]})"), err);
+    a.add(parse_object(R"({"choices":[{"delta":{"role":"assistant","content":null,"refusal":""}}]})"),
+          err);
     auto d = a.add(parse_object(R"({"choices":[{"delta":{"refusal":"I can't "}}]})"), err);
     BOOST_TEST(d.text == "I can't ");
     a.add(parse_object(R"({"choices":[{"delta":{"refusal":"help."},"finish_reason":"stop"}]})"), err);

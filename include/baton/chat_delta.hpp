@@ -43,7 +43,7 @@ struct chat_completion {
 
     std::string id;    // "chatcmpl-..."
     std::string model; // the model that actually answered, e.g. "gpt-4o-2024-08-06"
-    std::string text;                  // the reply; a refusal's text when `refusal`
+    std::string text;  // the reply; a refusal's text when `refusal`
     model_reasoning reasoning;
     bool refusal = false;              // the model refused (OpenAI's `refusal`): `text` says why
     std::vector<tool_call> tool_calls; // ordered by the stream's tool-call index

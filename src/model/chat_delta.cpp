@@ -229,7 +229,8 @@ void read_message(reader& r, const json::object& m, const std::string& path, mes
         break;
     }
     f.details = r.arr(m, "reasoning_details", path);
-    if (f.details && f.reasoning_field.empty() && f.reasoning.empty()) details_text(*f.details, f.reasoning);
+    if (f.details && f.reasoning_field.empty() && f.reasoning.empty())
+        details_text(*f.details, f.reasoning);
 }
 
 void read_chunk(reader& r, const json::object& chunk, chunk_fields& f) {
@@ -277,7 +278,7 @@ chunk_delta chat_stream_assembler::add(const json::object& chunk, std::string& e
     read_chunk(r, chunk, f);
     if (!r.ok()) return {};
 
-        // Fragments without an index: a new id starts the next call, no id continues the last one.
+    // Fragments without an index: a new id starts the next call, no id continues the last one.
     std::int64_t next = indices_.empty() ? 0 : indices_.back() + 1;
     std::optional<std::int64_t> last;
     if (!result_.tool_calls.empty()) last = indices_[last_call_];

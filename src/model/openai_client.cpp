@@ -162,8 +162,7 @@ attempt_result status_failure(const http_response& head, std::string_view body) 
 
 // A whole answer is reported to the delta handler at once, as one delta.
 void show_whole(const chat_completion& c, const delta_handler& on_delta) {
-    if (on_delta && (!c.text.empty() || !c.reasoning.text.empty()))
-        on_delta({c.text, c.reasoning.text});
+    if (on_delta && (!c.text.empty() || !c.reasoning.text.empty())) on_delta({c.text, c.reasoning.text});
 }
 
 attempt_result parse_whole(std::string_view body) {
@@ -238,7 +237,7 @@ struct stream_state {
     bool sse = false;
     std::string body;
     std::string error; // the first malformed or error chunk: the rest is ignored
-    bool done = false;      // "data: [DONE]" arrived
+    bool done = false; // "data: [DONE]" arrived
     bool delivered = false; // reply text went to on_delta (reasoning alone may be shown again)
 
     void head(const http_response& h) {

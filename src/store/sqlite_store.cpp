@@ -139,7 +139,8 @@ struct statements {
           open_outbox(db, "SELECT " + outbox_columns +
                               " FROM outbox WHERE channel = ?1 AND session_id = ?2 AND status IN "
                               "('pending', 'sending') ORDER BY seq LIMIT ?3"),
-          count_outbox(db, "SELECT status, sum(n), sum(uncertain * n) FROM outbox_counts GROUP BY status") {}
+          count_outbox(db,
+                       "SELECT status, sum(n), sum(uncertain * n) FROM outbox_counts GROUP BY status") {}
 
     statement begin, commit, rollback, savepoint, release, rollback_to;
     statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
