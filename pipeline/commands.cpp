@@ -1,18 +1,11 @@
 #include "pipeline/compaction.hpp"
 #include "pipeline/stages.hpp"
 
+#include <baton/command.hpp>
+
 namespace baton::pipeline {
 
 namespace {
-std::string_view trim(std::string_view s) {
-    while (!s.empty() &&
-           (s.front() == ' ' || s.front() == '\t' || s.front() == '\n' || s.front() == '\r'))
-        s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n' || s.back() == '\r'))
-        s.remove_suffix(1);
-    return s;
-}
-
 tape_entry make_anchor(std::string_view name, std::string_view summary) {
     return make_entry(tape_kind::anchor, {{"name", name}, {"summary", summary}});
 }
@@ -29,12 +22,9 @@ std::string handoff_summary(const turn_context& ctx) {
 
 std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
                                        std::vector<tape_entry>& anchors) {
-    text = trim(text);
-    if (!text.starts_with('/')) return std::nullopt;
-    auto space = text.find_first_of(" \t");
-    std::string_view word = text.substr(0, space);
-    std::string_view arg =
-        space == std::string_view::npos ? std::string_view{} : trim(text.substr(space));
+    auto command = parse_command(text);
+    if (!command) return std::nullopt;
+    auto [word, arg] = *command;
 
     if (word == "/help")
         return std::string("commands: /help (this list), /model (the agent's model), "

@@ -1,3 +1,4 @@
+#include <baton/command.hpp>
 #include <baton/log.hpp>
 #include <baton/runtime.hpp>
 
@@ -21,15 +22,6 @@ namespace baton {
 
 using detail::session_actor;
 
-namespace {
-bool is_stop_command(std::string_view text) {
-    while (!text.empty() && (text.front() == ' ' || text.front() == '\n'))
-        text.remove_prefix(1);
-    while (!text.empty() && (text.back() == ' ' || text.back() == '\n' || text.back() == '\r'))
-        text.remove_suffix(1);
-    return text == "/stop";
-}
-} // namespace
 using detail::turn_slot;
 
 namespace {

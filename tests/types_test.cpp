@@ -1,5 +1,6 @@
 // Records' plain helpers: times as RFC 3339 UTC with milliseconds, checked against the C library;
 // JSON written straight to text, checked against Boost.JSON's parser and serializer.
+#include <baton/command.hpp>
 #include <baton/json_text.hpp>
 #include <baton/types.hpp>
 
@@ -162,6 +163,25 @@ BOOST_AUTO_TEST_CASE(turn_json_is_the_turn_record_of_the_api) {
         append_turn_json(appended, *t);
         BOOST_TEST(appended == "prefix" + text);
     }
+}
+
+// One parser for direct commands, used by the runtime (/stop) and the command stage alike.
+BOOST_AUTO_TEST_CASE(direct_commands_are_parsed_one_way) {
+    auto c = parse_command("  /handoff   release notes \r\n");
+    BOOST_REQUIRE(c);
+    BOOST_TEST(c->word == "/handoff");
+    BOOST_TEST(c->arg == "release notes");
+    c = parse_command("\t/stop");
+    BOOST_REQUIRE(c);
+    BOOST_TEST(c->word == "/stop");
+    BOOST_TEST(c->arg == "");
+    BOOST_TEST(!parse_command("stop /now"));
+    BOOST_TEST(!parse_command(""));
+    BOOST_TEST(!parse_command(" \n "));
+    BOOST_TEST(is_stop_command("/stop now"));
+    BOOST_TEST(is_stop_command("\n/stop\t"));
+    BOOST_TEST(!is_stop_command("/stopped"));
+    BOOST_TEST(!is_stop_command("please /stop"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

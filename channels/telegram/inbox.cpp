@@ -1,5 +1,7 @@
 #include "channels/telegram/inbox.hpp"
 
+#include <baton/command.hpp>
+
 #include <algorithm>
 
 namespace baton::telegram {
@@ -14,7 +16,7 @@ std::string ready_message::text() const {
 }
 
 bool is_command(std::string_view text) {
-    return !text.empty() && text.front() == '/';
+    return parse_command(text).has_value();
 }
 
 inbox::clock::time_point inbox::deadline(const buffer& b) const {
