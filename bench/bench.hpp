@@ -87,6 +87,7 @@ inline void print_json(const boost::json::object& o) {
 }
 
 int run_pipeline(const options& opt);
+int run_chunks(const options& opt);
 int run_mock_model(const options& opt);
 int run_load(const options& opt);
 int run_memory(const options& opt);

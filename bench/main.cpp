@@ -25,6 +25,9 @@ const char* usage_text = R"(usage: baton-bench <command> [options]
       closed-loop load against a running daemon (default http://127.0.0.1:8080, 50 clients,
       K = C sessions, 10000 turns); with --pid, the daemon's CPU per turn and RSS.
       Exit 0 without errors, 1 with errors, 2 on misuse or an unsupported endpoint
+  chunks --stream FILE [--rounds N] [--piece B]
+      the model client's reading of a streamed answer (an SSE body, e.g. a recorded provider
+      stream) without I/O: SSE parser and chunk assembly in B-byte reads (1400); CPU per chunk
   memory [--baton PATH] [--sessions N] [--connections M]
       starts `baton serve` on a temp dir and measures its idle RSS, RSS per idle session
       (default 10000) and per WebSocket connection (default 10000)
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
     try {
         if (cmd == "pipeline") return baton::bench::run_pipeline(opt);
         if (cmd == "mock-model") return baton::bench::run_mock_model(opt);
+        if (cmd == "chunks") return baton::bench::run_chunks(opt);
         if (cmd == "load") return baton::bench::run_load(opt);
         if (cmd == "memory") return baton::bench::run_memory(opt);
         if (cmd == "embedded") return baton::bench::run_embedded(opt);

@@ -216,19 +216,32 @@ void details_text(const json::array& details, std::string& out) {
 // A delta or a message: content (string or parts), refusal, reasoning and reasoning_details.
 void read_message(reader& r, const json::object& m, const std::string& path, message_fields& f) {
     read_content(r, m, path, f);
-    if (auto refusal = r.str(m, "refusal", path); refusal && !refusal->empty()) {
-        f.text.append(*refusal);
-        f.refusal = true;
+    // The other fields are rare: one pass over the (small) object finds whichever are there.
+    const json::value *refusal = nullptr, *reasoning_content = nullptr, *reasoning = nullptr;
+    for (const auto& kv : m) {
+        auto key = kv.key();
+        if (key.size() < 7 || kv.value().is_null()) continue;
+        if (key == "refusal") refusal = &kv.value();
+        else if (key == "reasoning_content") reasoning_content = &kv.value();
+        else if (key == "reasoning") reasoning = &kv.value();
+        else if (key == "reasoning_details") f.details = r.arr(m, key, path);
+    }
+    if (refusal) {
+        if (auto text = r.str(m, "refusal", path); text && !text->empty()) {
+            f.text.append(*text);
+            f.refusal = true;
+        }
     }
     // vLLM sends both names for one text: the first that carries any is the one.
-    for (std::string_view field : {"reasoning_content", "reasoning"}) {
+    for (auto [field, v] : {std::pair{std::string_view("reasoning_content"), reasoning_content},
+                            std::pair{std::string_view("reasoning"), reasoning}}) {
+        if (!v) continue;
         auto text = r.str(m, field, path);
         if (!text || text->empty()) continue;
         f.reasoning.append(*text);
         f.reasoning_field = field;
         break;
     }
-    f.details = r.arr(m, "reasoning_details", path);
     if (f.details && f.reasoning_field.empty() && f.reasoning.empty())
         details_text(*f.details, f.reasoning);
 }
