@@ -1,4 +1,4 @@
-// Budgeted context (DESIGN.md "Context and compaction"): the budget is the model's context window
+// Budgeted context (docs/design.md "Context and compaction"): the budget is the model's context window
 // less the tokens reserved for its answer. As a prompt's estimate crosses each
 // `compaction_thresholds` fraction of it, progressively stronger stages apply to the session's
 // window: (1) trim large tool outputs to previews, (2) drop older tool round-trips, (3) summarise

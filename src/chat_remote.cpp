@@ -1,4 +1,4 @@
-// `baton chat --url`: the chat against a running daemon over its WebSocket channel (API.md
+// `baton chat --url`: the chat against a running daemon over its WebSocket channel (docs/api.md
 // "WebSocket channel"). One io thread runs everything here; stdin has its own thread.
 #include "src/chat.hpp"
 #include "src/chat_view.hpp"

@@ -23,7 +23,7 @@ public:
     // dim: wrap the folded thinking lines in the terminal's dim attribute (for a terminal only).
     chat_view(std::ostream& out, mode m, bool dim = false) : out_(out), mode_(m), dim_(dim) {}
 
-    // A turn event (API.md "Turn events"); unknown types are ignored.
+    // A turn event (docs/api.md "Turn events"); unknown types are ignored.
     void on_event(std::string_view turn_id, std::string_view type, const boost::json::object& data);
     // A `reply` frame: printed unless that turn's text was already shown (streamed).
     void on_reply(std::string_view turn_id, std::string_view text);

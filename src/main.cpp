@@ -29,7 +29,7 @@ const char* serve_help =
     R"(usage: baton serve [--config FILE] [--listen HOST:PORT] [--data DIR] [--threads N]
                    [--insecure-no-auth]
 
-  --config FILE        JSON config (API.md); without it: agent "default", SQLite under --data,
+  --config FILE        JSON config (docs/api.md); without it: agent "default", SQLite under --data,
                        the echo model unless BATON_MODEL=openai:<model>
   --listen HOST:PORT   listen address (default 127.0.0.1:8080; port 0 picks a free one)
   --data DIR           data directory for the SQLite store (default ./var)
@@ -49,7 +49,7 @@ Lines starting with / are direct commands (/help, /model, /reset, /handoff, /sto
   --session ID     the session (1-128 of A-Z a-z 0-9 . _ : @ -; default chat:$USER)
   --url URL        talk to a running daemon over its WebSocket channel: ws://HOST:PORT[/v1/ws]
                    or http://HOST:PORT (mapped to ws://HOST:PORT/v1/ws)
-  --config FILE    in-process: the JSON config (API.md); without it the embedded default
+  --config FILE    in-process: the JSON config (docs/api.md); without it the embedded default
                    (agent "default", the echo model unless BATON_MODEL=openai:<model>)
   --data DIR       in-process: keep the conversation in SQLite at DIR/baton.db (default: in
                    memory, gone at exit)

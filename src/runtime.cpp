@@ -298,6 +298,7 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
         }
         rec.status = carrier.status;
         rec.reply = carrier.reply;
+        rec.refusal = carrier.refusal;
         rec.error = carrier.error;
         rec.started_at = carrier.started_at;
         co_await store_final(std::move(rec));

@@ -1,4 +1,4 @@
-// Admission modes collect, steer and interrupt (DESIGN.md "Admission"), through the daemon's HTTP
+// Admission modes collect, steer and interrupt (docs/design.md "Admission"), through the daemon's HTTP
 // API and its WebSocket channel, against a scripted model whose first answer is slow so that the
 // next messages arrive while a turn runs.
 #include "tests/model_daemon.hpp"

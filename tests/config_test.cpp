@@ -15,7 +15,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The example of API.md "Config file", with a real token hash.
+// The example of docs/api.md "Config file", with a real token hash.
 constexpr const char* api_example = R"({
   "server":   {"listen": "127.0.0.1:8080", "threads": 0, "max_body_bytes": 1048576,
                "tokens": [{"sha256": "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08", "tenant": "acme"}]},

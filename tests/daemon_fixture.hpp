@@ -149,7 +149,7 @@ private:
     std::string output_;
 };
 
-// Statuses after which a turn never changes (API.md "Turn record").
+// Statuses after which a turn never changes (docs/api.md "Turn record").
 const std::vector<std::string>& terminal_statuses();
 
 // A string member, or "" when it is absent or not a string.
@@ -177,7 +177,7 @@ inline std::string turn_id_of(const http_response& r) {
     return tid;
 }
 
-// Checks the status and the one error shape of API.md, exactly {"error": {"code", "message"}};
+// Checks the status and the one error shape of docs/api.md, exactly {"error": {"code", "message"}};
 // returns the message (empty when the shape is wrong).
 inline std::string check_error(const http_response& r, unsigned status, std::string_view code) {
     BOOST_TEST(r.status == status, "status " << r.status << ", body " << r.body);

@@ -1,4 +1,4 @@
-// End-to-end tests of the REST surface (API.md "HTTP API") against the real `baton serve` process,
+// End-to-end tests of the REST surface (docs/api.md "HTTP API") against the real `baton serve` process,
 // through its socket only. Connection-level behaviour (framing, limits, timeouts) is in
 // http_daemon_test.cpp, in the same suite.
 #include "tests/daemon_fixture.hpp"

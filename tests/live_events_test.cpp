@@ -1,4 +1,4 @@
-// Turn events over SSE (API.md "Turn events"), through the daemon's HTTP API only: the whole
+// Turn events over SSE (docs/api.md "Turn events"), through the daemon's HTTP API only: the whole
 // stream of a turn, resume by Last-Event-ID and ?after=, a gap when frames were dropped, late
 // subscribers, heartbeats on an idle stream, and a reader that does not read never slows a turn.
 #include "tests/model_daemon.hpp"

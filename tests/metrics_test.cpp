@@ -1,4 +1,4 @@
-// GET /metrics (API.md): the Prometheus text of the real daemon, read only over HTTP and checked by
+// GET /metrics (docs/api.md): the Prometheus text of the real daemon, read only over HTTP and checked by
 // a strict parser of the 0.0.4 exposition format on every scrape. Turns by outcome, stage and model
 // call histograms, queue and connection gauges, the outbox by status. Plus the registry on its own.
 #include "tests/daemon_fixture.hpp"

@@ -1,5 +1,5 @@
 // Server-Sent Events as a client sees them: the frames of a whole event-stream body, for tests
-// that read a turn's events (API.md "Turn events").
+// that read a turn's events (docs/api.md "Turn events").
 #pragma once
 
 #include <boost/json.hpp>

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(json_numbers_read_back_the_same) {
         BOOST_TEST(json::parse(text(d)).to_number<double>() == d);
 }
 
-// The turn record's JSON (GET /v1/turns/{tid}) has exactly the fields and order of API.md's
+// The turn record's JSON (GET /v1/turns/{tid}) has exactly the fields and order of docs/api.md's
 // "Turn record", whatever is set.
 BOOST_AUTO_TEST_CASE(turn_json_is_the_turn_record_of_the_api) {
     auto expected = [](const turn_record& t) {

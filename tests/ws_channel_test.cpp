@@ -1,4 +1,4 @@
-// The WebSocket channel (API.md "WebSocket channel: GET /v1/ws") through a real connection to the
+// The WebSocket channel (docs/api.md "WebSocket channel: GET /v1/ws") through a real connection to the
 // daemon: messages, events and replies, acks and re-sends after a reconnect, bad frames that leave
 // the connection usable, the frame size limit (1009), and the connection limit (503).
 #include "tests/model_daemon.hpp"

@@ -1,4 +1,4 @@
-// The REST surface of API.md, without sockets: a request view in, a reply out. The Beast server
+// The REST surface of docs/api.md, without sockets: a request view in, a reply out. The Beast server
 // (server.cpp) does the I/O; this file does validation, routing and rendering.
 #pragma once
 
@@ -83,7 +83,7 @@ private:
     std::shared_ptr<outbox_sample> outbox_sample_ = std::make_shared<outbox_sample>();
 };
 
-// Checks a POST body against API.md; fills `out` or returns the error to send.
+// Checks a POST body against docs/api.md; fills `out` or returns the error to send.
 std::optional<api_error> parse_message_body(std::string_view body, accept_request& out);
 bool valid_utf8(std::string_view s);
 

@@ -1,4 +1,4 @@
-// The web chat page served at GET / (API.md): channels/web/chat.html, embedded in the binary at
+// The web chat page served at GET / (docs/api.md): channels/web/chat.html, embedded in the binary at
 // build time (cmake/embed_text.cmake), so the daemon needs no files next to it.
 #pragma once
 

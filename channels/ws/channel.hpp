@@ -1,4 +1,4 @@
-// The WebSocket channel (API.md "WebSocket channel: GET /v1/ws"), without sockets: which
+// The WebSocket channel (docs/api.md "WebSocket channel: GET /v1/ws"), without sockets: which
 // connections follow which sessions, and the replies of channel `ws`. A reply is an outbox item:
 // stored before it is sent, sent to every connection subscribed to its session, and sent again on
 // each later subscribe until a client acks its key. session.cpp runs the connections (Beast).

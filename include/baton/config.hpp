@@ -1,4 +1,4 @@
-// The daemon's configuration (API.md "Config file"): plain structs with defaults, parsed strictly
+// The daemon's configuration (docs/api.md "Config file"): plain structs with defaults, parsed strictly
 // from JSON. Unknown keys and wrong types are errors carrying their JSON path.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Delivery (API.md "Delivery (outbox)"): the push half of the outbox. dispatch_outbound stores each
+// Delivery (docs/api.md "Delivery (outbox)"): the push half of the outbox. dispatch_outbound stores each
 // outbound item (key derived from session, turn, channel, recipient, index) before any byte is sent;
 // delivery workers then send it through its channel, with bounded concurrency per channel and the
 // retry budget below, and record every step in the store so that a restart picks up where the

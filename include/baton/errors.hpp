@@ -1,5 +1,5 @@
 // baton's error codes: one enum (0 is success) with its own category, mapped to the HTTP status and
-// the snake_case code of API.md in one place.
+// the snake_case code of docs/api.md in one place.
 #pragma once
 
 #include <boost/system/error_code.hpp>

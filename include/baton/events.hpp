@@ -1,4 +1,4 @@
-// Live turn events (API.md "Turn events"). Every turn publishes typed events with a per-turn
+// Live turn events (docs/api.md "Turn events"). Every turn publishes typed events with a per-turn
 // increasing seq into a bounded log; readers (SSE streams, WebSocket connections, the terminal
 // chat) replay the log and follow it. A reader never slows a turn: publishing only appends and
 // wakes, a reader that falls behind the log's bound sees a gap, and session listeners must not block.
@@ -27,7 +27,7 @@ namespace json = boost::json;
 // One event of one turn (its log knows which turn).
 struct turn_event {
     std::int64_t seq = 0;
-    std::string type; // "turn.queued", "model.delta", ... (API.md)
+    std::string type; // "turn.queued", "model.delta", ... (docs/api.md)
     std::string data; // the event's JSON object, serialized once for every reader
 };
 using event_ptr = std::shared_ptr<const turn_event>;

@@ -1,5 +1,5 @@
 // The turn: process_inbound() awaits the seven stages in order, each a hook that plugins extend or
-// replace. Ordering (DESIGN.md): the last registered runs first; resolve_session, build_prompt and
+// replace. Ordering (docs/design.md): the last registered runs first; resolve_session, build_prompt and
 // run_model take the first result; load_state merges (higher priority wins a key); save_state runs
 // every implementation; render_outbound concatenates; dispatch_outbound runs per item until one
 // handles it. on_error observes every unhandled failure, which is then re-raised.
@@ -139,7 +139,7 @@ struct turn_context {
     std::chrono::steady_clock::time_point stage_mark; // when the last stage ended (metrics)
     baton::framework* framework = nullptr;
     turn_progress& progress() { return *inbound.progress; }
-    // Publishes a turn event (API.md) when someone keeps the turn's events.
+    // Publishes a turn event (docs/api.md) when someone keeps the turn's events.
     void emit(std::string_view type, const json::object& data) {
         if (inbound.progress && inbound.progress->events) inbound.progress->events->publish(type, data);
     }

@@ -1,4 +1,4 @@
-// The HTTP channel: a Beast server for the REST API of API.md (keep-alive, pipelining, body and
+// The HTTP channel: a Beast server for the REST API of docs/api.md (keep-alive, pipelining, body and
 // header limits, timeouts). Runs on any executor; each connection on its own strand.
 #pragma once
 

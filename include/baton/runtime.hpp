@@ -65,13 +65,13 @@ public:
     // The turn's record. Turns queued, running or recently finished in this process are answered
     // from memory (without `input`, which stays in the store); others from the store.
     asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id);
-    // The same record's public JSON (API.md "Turn record"), as GET /v1/turns/{tid} answers it.
+    // The same record's public JSON (docs/api.md "Turn record"), as GET /v1/turns/{tid} answers it.
     asio::awaitable<std::optional<std::string>> turn_json(std::string turn_id);
     asio::awaitable<std::optional<session_view>> get_session(std::string session_id);
     asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,
                                                        std::size_t limit);
 
-    // The outbox (API.md "Delivery"). Items in creation order, filtered.
+    // The outbox (docs/api.md "Delivery"). Items in creation order, filtered.
     asio::awaitable<std::vector<outbox_item>> list_outbox(store::outbox_filter filter);
     // Stores items before anything is sent; an item whose key is already stored is left as it is.
     // Publishes outbox.enqueued on the turn's events. Returns the items stored by this call.

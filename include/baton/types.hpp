@@ -61,7 +61,7 @@ struct turn_record {
     turn_input input;
 };
 
-// The public JSON of a turn record (API.md "Turn record"), written as text: what a poll answers.
+// The public JSON of a turn record (docs/api.md "Turn record"), written as text: what a poll answers.
 void append_turn_json(std::string& out, const turn_record& t);
 std::string turn_json(const turn_record& t);
 // The same, as a JSON object.
@@ -97,7 +97,7 @@ struct session_record {
     time_ms created_at = 0;
 };
 
-// An outbound item (API.md "Delivery"): stored before any byte is sent, under a key derived from
+// An outbound item (docs/api.md "Delivery"): stored before any byte is sent, under a key derived from
 // (session, turn, channel, recipient, index), so the same reply is never enqueued twice.
 enum class outbox_status { pending, sending, delivered, failed };
 std::string_view to_string(outbox_status s);
@@ -128,7 +128,7 @@ std::string outbox_key(std::string_view session_id, std::string_view turn_id, st
 // Lower-case hex SHA-256 (outbox keys, idempotency fingerprints).
 std::string sha256_hex(std::string_view data);
 
-// 1-128 characters of [A-Za-z0-9._:@-] (API.md "Ids").
+// 1-128 characters of [A-Za-z0-9._:@-] (docs/api.md "Ids").
 bool valid_session_id(std::string_view sid);
 // Turn ids are made here: "t_" + 26 characters of a time-ordered, URL-safe alphabet.
 std::string make_turn_id();
