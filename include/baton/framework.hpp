@@ -83,10 +83,10 @@ struct prompt {
 
 struct model_output {
     std::string reply;
-    bool refusal = false; // the reply is the model's refusal
     std::int64_t steps = 0;
     baton::usage usage;
     turn_status status = turn_status::completed; // or step_limit
+    bool refusal = false;                        // the reply is the model's refusal
 };
 
 struct outbound {
@@ -161,11 +161,11 @@ struct turn_result {
     std::string turn_id;
     std::string session_id;
     std::string reply;
-    bool refusal = false; // the reply is the model's refusal
     std::int64_t steps = 0;
     baton::usage usage;
     turn_status status = turn_status::completed;
     bool direct_command = false;
+    bool refusal = false; // the reply is the model's refusal
 };
 
 // A plugin: any subset of hooks; an empty std::function leaves that hook to the other plugins.

@@ -32,7 +32,7 @@ struct chat_message {
     // Assistant messages of the running turn: what the model thought, sent back under the field
     // it came in (reasoning.field, and reasoning_details) as providers with thinking modes need.
     // Earlier turns' messages carry none: the tape keeps it, the context does not send it again.
-    model_reasoning reasoning;
+    model_reasoning reasoning = {};
 };
 
 // The assistant message that goes back to the model after a step: the step's text (`text`, which
