@@ -4,8 +4,8 @@
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
 
-#include <baton/chat_delta.hpp>
-#include <baton/sse.hpp>
+#include "src/model/chat_delta.hpp"
+#include "src/model/sse.hpp"
 
 #include <fstream>
 #include <sstream>

@@ -6,6 +6,7 @@
 #include "bench/measure.hpp"
 #include "pipeline/context_window.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/framework.hpp>
 #include <baton/http_client.hpp>
 #include <baton/openai_client.hpp>
@@ -127,7 +128,7 @@ int run_embedded(const options& opt) {
 
     asio::io_context ioc(threads);
     store_runner db{std::shared_ptr<store>(make_memory_store())};
-    framework fw(db);
+    framework fw{db, make_default_plugin(db)};
     // As many pooled connections as sessions: no reconnects in steady state (Node's fetch pools too).
     http_client_options hopts;
     hopts.max_idle_per_endpoint = static_cast<std::size_t>(std::max(8, clients));

@@ -3,7 +3,7 @@
 // Not thread-safe: use each object from one coroutine (or strand) at a time.
 #pragma once
 
-#include <baton/sse.hpp>
+#include "src/model/sse.hpp"
 #include <baton/ws_client.hpp>
 
 #include <boost/asio/any_io_executor.hpp>

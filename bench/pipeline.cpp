@@ -5,6 +5,7 @@
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/framework.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -159,7 +160,7 @@ int run_pipeline(const options& opt) {
         }
     } remove_dir{dir};
     store_runner db{open_store(store_name, dir)};
-    framework fw(db);
+    framework fw{db, make_default_plugin(db)};
     agent a;
     a.model = std::make_shared<null_model>();
     a.config.model.context_window = window;

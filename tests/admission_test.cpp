@@ -2,6 +2,7 @@
 // sessions in parallel, bounded queues and the reject mode.
 #include "tests/test_util.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/runtime.hpp>
 
 #include <boost/asio/steady_timer.hpp>
@@ -59,7 +60,7 @@ struct runtime_fixture {
     std::filesystem::path dir;
     std::shared_ptr<store> st;
     store_runner db;
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     recorder rec;
     runtime rt{ctx.get_executor(), fw};
     std::mutex finished_mutex;
@@ -283,7 +284,7 @@ BOOST_AUTO_TEST_CASE(queued_turns_survive_a_restart_and_run_in_order) {
         asio::io_context ctx;
         auto st = std::shared_ptr<store>(make_sqlite_store({(dir / "baton.db").string(), "normal"}));
         store_runner db(st);
-        framework fw(db);
+        framework fw{db, make_default_plugin(db)};
         agent a;
         a.model = make_echo_model();
         fw.add_agent(a);

@@ -2,6 +2,7 @@
 // every turn outcome, against a scripted model (the HTTP client has its own suite).
 #include "tests/test_util.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/runtime.hpp>
 
 #include <boost/asio/steady_timer.hpp>
@@ -74,7 +75,7 @@ struct loop_fixture {
     asio::io_context ctx;
     std::shared_ptr<store> mem = make_memory_store();
     store_runner db{mem};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     std::shared_ptr<scripted_model> model = std::make_shared<scripted_model>();
     runtime rt{ctx.get_executor(), fw};
     asio::executor_work_guard<asio::io_context::executor_type> work{ctx.get_executor()};

@@ -1,7 +1,7 @@
 // `baton chat` driven like a user drives it: the real binary, messages on its stdin, its output
 // read back. In-process with the echo model and with a scripted fake OpenAI server; over the
 // daemon's WebSocket channel with `--url`. Also the chat's printer (chat_view) on its own.
-#include "src/chat_view.hpp"
+#include "src/app/chat_view.hpp"
 #include "tests/daemon_fixture.hpp"
 #include "tests/fake_openai.hpp"
 

@@ -5,6 +5,7 @@
 #include "pipeline/compaction.hpp"
 #include "pipeline/context_cache.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/framework.hpp>
 
 #include "tests/delegating_store.hpp"
@@ -366,7 +367,7 @@ struct turn_runner {
     io_fixture f;
     std::shared_ptr<watched_store> st = std::make_shared<watched_store>();
     store_runner db{st};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     std::shared_ptr<scripted_model> model = std::make_shared<scripted_model>();
 
     explicit turn_runner(std::int64_t window = 128000, std::vector<std::string> pinned = {}) {

@@ -2,7 +2,7 @@
 // their field, next_after across month, year and leap-year ends, the day-of-month/day-of-week rule,
 // and the config checks of channels.schedules (cron text, names).
 #include <baton/config.hpp>
-#include <baton/cron.hpp>
+#include "channels/schedule/cron.hpp"
 
 #include "tests/utc_time.hpp"
 

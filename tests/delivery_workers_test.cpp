@@ -3,6 +3,7 @@
 // sends run at once than the channel allows, and failed attempts follow the retry budget.
 #include "tests/test_util.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/delivery.hpp>
 #include <baton/runtime.hpp>
 #include <baton/store_runner.hpp>
@@ -73,7 +74,7 @@ private:
 struct delivery_fixture {
     asio::io_context ctx;
     store_runner db{std::shared_ptr<store>(make_memory_store())};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     runtime rt{ctx.get_executor(), fw};
     std::shared_ptr<scripted_channel> chat = std::make_shared<scripted_channel>("chat", true, 2, 10);
     std::shared_ptr<scripted_channel> bulk = std::make_shared<scripted_channel>("bulk", false, 3, 0);

@@ -1,6 +1,7 @@
 // The turn's stages, hook ordering and the seed's failure boundaries, one test each.
 #include "tests/test_util.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/framework.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -38,7 +39,7 @@ public:
 struct framework_fixture : io_fixture {
     std::shared_ptr<store> mem = make_memory_store();
     store_runner db{mem};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     std::shared_ptr<counting_model> model = std::make_shared<counting_model>();
     std::vector<std::string> saves;
     std::vector<std::string> errors; // "stage" per on_error call

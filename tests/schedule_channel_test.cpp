@@ -7,6 +7,7 @@
 #include "tests/utc_time.hpp"
 #include "tests/webhook_receiver.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/log.hpp>
 #include <baton/model.hpp>
 #include <baton/runtime.hpp>
@@ -54,7 +55,7 @@ std::string when(std::optional<time_ms> t) {
 struct inproc {
     asio::io_context ctx;
     store_runner db{std::shared_ptr<store>(make_memory_store())};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     runtime rt{ctx.get_executor(), fw};
     std::vector<std::string> finished; // turn ids, in finishing order
     std::vector<std::string> log_lines;

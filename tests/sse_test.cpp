@@ -1,7 +1,7 @@
 // The streaming client's protocol logic without sockets: SSE framing at every chunk boundary, and
 // chat.completion.chunk assembly into the same chat_completion a non-streaming response gives.
-#include <baton/chat_delta.hpp>
-#include <baton/sse.hpp>
+#include "src/model/chat_delta.hpp"
+#include "src/model/sse.hpp"
 
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>

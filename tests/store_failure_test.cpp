@@ -5,6 +5,7 @@
 #include "tests/delegating_store.hpp"
 #include "tests/test_util.hpp"
 
+#include <baton/pipeline.hpp>
 #include <baton/runtime.hpp>
 
 #include <atomic>
@@ -34,7 +35,7 @@ struct failing_runtime {
     asio::io_context ctx;
     std::shared_ptr<failing_store> st = std::make_shared<failing_store>();
     store_runner db{st};
-    framework fw{db};
+    framework fw{db, make_default_plugin(db)};
     runtime rt{ctx.get_executor(), fw};
     std::mutex m;
     std::map<std::string, turn_record> finished;

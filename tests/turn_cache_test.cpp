@@ -1,6 +1,6 @@
 // The runtime's memory of turns (src/turn_cache): live turns stay until they finish, finished ones
 // are kept among the last N, and inputs are never held. I/O-free.
-#include "src/turn_cache.hpp"
+#include "src/core/turn_cache.hpp"
 
 #include <boost/test/unit_test.hpp>
 

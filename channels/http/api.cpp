@@ -109,8 +109,8 @@ asio::awaitable<reply> api::metrics_page() {
     g.queue_depth = rt_.queued_turns();
     g.turns_running = static_cast<std::int64_t>(rt_.running_turns());
     g.sessions_live = static_cast<std::int64_t>(rt_.live_sessions());
-    g.store_batches = rt_.fw().db().batches();
-    g.store_calls = rt_.fw().db().calls();
+    g.store_batches = rt_.store_batches();
+    g.store_calls = rt_.store_calls();
     auto sample = outbox_sample_;
     bool count = false;
     {

@@ -1,11 +1,11 @@
 // The only translation unit of the HTTP channel that includes Beast.
-#include <baton/http_server.hpp>
+#include "channels/http/server.hpp"
 #include <baton/log.hpp>
 
 #include "channels/http/api.hpp"
 #include "channels/http/router.hpp"
 #include "channels/ws/session.hpp"
-#include "src/strand.hpp"
+#include <baton/strand.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>

@@ -48,16 +48,13 @@ json::object about(const schedule_config& c) {
 
 // The last slot fired, from the cursor (nullopt: never fired, or unreadable: logged).
 asio::awaitable<std::optional<time_ms>> read_cursor(runtime& rt, const schedule_config& c) {
-    auto get = [name = cursor_name(c.name)](store& s) { return s.get_cursor(name); };
-    std::optional<std::string> value;
-    try {
-        value = co_await rt.fw().db().run(std::move(get));
-    } catch (const std::exception& e) {
-        auto f = about(c);
-        f["error"] = e.what();
-        log::error("schedule: cannot read its cursor; firing as on a first start", std::move(f));
+    std::vector<std::string> names{cursor_name(c.name)};
+    auto got = co_await rt.read_cursors(std::move(names));
+    if (!got) {
+        log::error("schedule: cannot read its cursor; firing as on a first start", about(c));
         co_return std::nullopt;
     }
+    std::optional<std::string> value = std::move(got->front());
     if (!value) co_return std::nullopt;
     time_ms t = 0;
     auto [end, ec] = std::from_chars(value->data(), value->data() + value->size(), t);
@@ -70,16 +67,9 @@ asio::awaitable<std::optional<time_ms>> read_cursor(runtime& rt, const schedule_
 
 // Never throws: a failure is logged (the next start then sees the previous value).
 asio::awaitable<void> write_cursor(runtime& rt, const schedule_config& c, time_ms value) {
-    try {
-        auto set = [name = cursor_name(c.name), v = std::to_string(value)](store& s) {
-            s.set_cursor(name, v);
-        };
-        co_await rt.fw().db().run(std::move(set));
-    } catch (const std::exception& e) {
-        auto f = about(c);
-        f["error"] = e.what();
-        log::error("schedule: cannot store its cursor", std::move(f));
-    }
+    std::vector<std::pair<std::string, std::string>> values{{cursor_name(c.name), std::to_string(value)}};
+    if (co_await rt.write_cursors(std::move(values)))
+        log::error("schedule: cannot store its cursor", about(c));
 }
 
 // Waits until the clock reaches `slot`; false when stopped first.

@@ -2,7 +2,7 @@
 // tested with plain numbers. Times are slots (the instant a fire stands for), in ms since the epoch.
 #pragma once
 
-#include <baton/cron.hpp>
+#include "channels/schedule/cron.hpp"
 #include <baton/types.hpp>
 
 #include <optional>

@@ -195,10 +195,10 @@ asio::awaitable<std::optional<milliseconds>> poller::impl::step() {
 // not wait for more).
 asio::awaitable<bool> poller::impl::recover() {
     box = inbox(opts.debounce);
-    auto read = [](store& s) {
-        return std::pair(s.get_cursor(offset_cursor), s.get_cursor(pending_cursor));
-    };
-    auto [off, pend] = co_await rt.fw().db().run(read);
+    std::vector<std::string> names{offset_cursor, pending_cursor}; // named: GCC 12 coroutine bug
+    auto got = co_await rt.read_cursors(std::move(names));
+    if (!got) throw boost::system::system_error(got.error(), "telegram: cannot read its cursors");
+    auto off = std::move((*got)[0]), pend = std::move((*got)[1]);
     offset = 0;
     std::vector<update> pending;
     boost::system::error_code ec;
@@ -358,11 +358,10 @@ asio::awaitable<void> poller::impl::persist(std::int64_t next, std::vector<updat
         held.push_back(to_json(u));
     auto value = json::serialize(json::object{{"bot", bot}, {"updates", std::move(held)}});
     if (next == offset && value == written_pending) co_return;
-    auto write = [next, value](store& s) {
-        s.set_cursor(offset_cursor, std::to_string(next));
-        s.set_cursor(pending_cursor, value);
-    };
-    co_await rt.fw().db().run(std::move(write));
+    std::vector<std::pair<std::string, std::string>> values{{offset_cursor, std::to_string(next)},
+                                                            {pending_cursor, value}};
+    if (auto ec = co_await rt.write_cursors(std::move(values)))
+        throw boost::system::system_error(ec, "telegram: cannot write its cursors");
     offset = next;
     written_pending = std::move(value);
 }

@@ -1,7 +1,7 @@
-// One turn in this program's own io_context: a model (scripted here) calls a C++ tool, and a
-// render_outbound hook of ours looks at the result. Prints the turn record; exit 0 if completed.
-#include <baton/runtime.hpp>
-#include <baton/tools.hpp>
+// One turn in this program's own io_context, through baton::service: a model (scripted here)
+// calls a C++ tool, and a render_outbound hook of ours looks at the result. Prints the turn
+// record; exits 0 if the turn completed.
+#include <baton/service.hpp>
 
 #include <boost/asio.hpp>
 #include <iostream>
@@ -22,41 +22,34 @@ struct scripted_model : model_client {
     std::string name() const override { return "scripted"; }
 };
 
-asio::awaitable<int> run(runtime& rt) {
-    accept_request req{.session_id = "demo", .text = "what is 2 + 3?"}; // named: GCC 12 coroutine bug
-    auto r = co_await rt.accept(std::move(req));
-    auto turn_id = std::get<accepted>(r).turn_id;
-    for (asio::steady_timer t(co_await asio::this_coro::executor);;
-         t.expires_after(std::chrono::milliseconds(5)), co_await t.async_wait(asio::use_awaitable))
-        if (auto rec = co_await rt.get_turn(turn_id); rec && is_terminal(rec->status)) {
-            std::cout << turn_json(*rec) << "\n";
-            co_return rec->status == turn_status::completed ? 0 : 1;
-        }
+asio::awaitable<int> run(service& svc) {
+    co_await svc.async_start(asio::use_awaitable);
+    accept_request msg{.session_id = "demo", .text = "what is 2 + 3?"}; // named: GCC 12 bug
+    accepted a = co_await svc.async_submit(std::move(msg), asio::use_awaitable);
+    turn_record rec = co_await svc.async_wait_turn(a.turn_id, asio::use_awaitable);
+    std::cout << turn_json(rec) << "\n";
+    co_await svc.async_stop(asio::use_awaitable);
+    co_return rec.status == turn_status::completed ? 0 : 1;
 }
 
 int main() {
     asio::io_context io;
-    store_runner db(make_memory_store());
-    framework fw(db);
-    agent_config cfg;
-    cfg.tools = {"add"};
-    fw.add_agent({cfg, std::make_shared<scripted_model>()});
-    tool_schema add{"add", "adds two integers", {{"type", "object"}}};
-    fw.tools().add(
-        make_function_tool(add, [](json::object a, tool_context&) -> asio::awaitable<tool_result> {
-            co_return tool_result{true,
-                                  std::to_string(a["a"].to_number<int>() + a["b"].to_number<int>())};
-        }));
-    std::string rendered; // what our render_outbound saw of the turn
-    plugin watcher{.name = "watcher"};
-    watcher.render_outbound = [&rendered](turn_context& ctx) -> asio::awaitable<std::vector<outbound>> {
-        rendered = "rendered after " + std::to_string(ctx.output.steps) + " steps: " + ctx.output.reply;
-        co_return std::vector<outbound>{}; // adds nothing: the default rendering stands
-    };
-    fw.register_plugin(watcher);
-    runtime rt(io.get_executor(), fw);
-    auto done = asio::co_spawn(io, run(rt), asio::use_future);
-    io.run_for(std::chrono::seconds(10));
-    std::cout << rendered << "\n";
-    return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready ? done.get() : 2;
+    service_options opts{.http = false}; // no listener: this program is the only client
+    opts.config.storage.type = storage_config::kind::memory;
+    service svc(io.get_executor(), opts);
+    svc.add_agent({.name = "default", .tools = {"add"}}, std::make_shared<scripted_model>());
+    svc.add_tool(make_function_tool({"add", "adds two integers", {{"type", "object"}}},
+                                    [](json::object a, tool_context&) -> asio::awaitable<tool_result> {
+                                        int sum = a["a"].to_number<int>() + a["b"].to_number<int>();
+                                        co_return tool_result{true, std::to_string(sum)};
+                                    }));
+    svc.add_plugin({.name = "watcher",
+                    .render_outbound = [](turn_context& ctx) -> asio::awaitable<std::vector<outbound>> {
+                        std::cout << "rendered after " << ctx.output.steps
+                                  << " steps: " << ctx.output.reply << "\n";
+                        co_return std::vector<outbound>{}; // adds nothing: the default rendering stands
+                    }});
+    auto done = asio::co_spawn(io, run(svc), asio::use_future);
+    io.run();
+    return done.get();
 }

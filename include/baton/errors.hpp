@@ -4,6 +4,7 @@
 
 #include <boost/system/error_code.hpp>
 
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,7 @@ enum class errc {
     draining,
     request_timeout,
     internal_error,
+    invalid_config, // a config the service cannot run (diagnostics say where)
 };
 
 const boost::system::error_category& baton_category() noexcept;
@@ -37,6 +39,31 @@ unsigned http_status(errc e);       // 429
 struct api_error {
     errc code = errc::internal_error;
     std::string message;
+};
+
+// The sentence that explains an error_code, for the operations that take one (Boost.MySQL's
+// pattern): filled when the operation fails, cleared when it succeeds.
+class diagnostics {
+public:
+    const std::string& message() const { return message_; }
+    void assign(std::string m) { message_ = std::move(m); }
+    void clear() { message_.clear(); }
+
+private:
+    std::string message_;
+};
+
+// A turn's failure, raised by a stage or the model client: the code goes to the turn record's
+// error and the tape ("model_error", "tool_error", "context_overflow", "invalid_request",
+// "internal_error").
+class turn_error : public std::runtime_error {
+public:
+    turn_error(std::string code, const std::string& message)
+        : std::runtime_error(message), code_(std::move(code)) {}
+    const std::string& code() const { return code_; }
+
+private:
+    std::string code_;
 };
 
 } // namespace baton

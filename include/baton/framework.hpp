@@ -6,6 +6,7 @@
 #pragma once
 
 #include <baton/config.hpp>
+#include <baton/errors.hpp>
 #include <baton/events.hpp>
 #include <baton/metrics.hpp>
 #include <baton/model.hpp>
@@ -96,17 +97,6 @@ struct outbound {
     std::int64_t index = 0;
 };
 
-// A failure with a code for the turn record (`error.code`): model_error, tool_error, ...
-class turn_error : public std::runtime_error {
-public:
-    turn_error(std::string code, const std::string& message)
-        : std::runtime_error(message), code_(std::move(code)) {}
-    const std::string& code() const { return code_; }
-
-private:
-    std::string code_;
-};
-
 struct agent {
     agent_config config;
     std::shared_ptr<model_client> model;
@@ -114,7 +104,6 @@ struct agent {
 
 class framework;
 namespace pipeline {
-class context_cache;
 class context_window;
 } // namespace pipeline
 
@@ -187,14 +176,23 @@ struct plugin {
     // The first decision other than `proceed` wins.
     hook<asio::awaitable<tool_decision>(turn_context&, const tool_call&)> before_tool_call;
     hook<asio::awaitable<void>(turn_context&, const tool_call&, tool_result&)> after_tool_call;
+    // Idle compaction of one session (the runtime calls it in the session's queue, never beside
+    // a turn, after on_compaction_due asked for it); every implementation runs.
+    hook<asio::awaitable<void>(framework&, const baton::agent&, const std::string& session_id)>
+        compact_idle;
+    // True for make_default_plugin's hooks (<baton/pipeline.hpp>), which hand the session's
+    // context to the model as stored; any other load_state, build_prompt, run_model or
+    // before_model_call hook makes the agent loop write every request afresh.
+    bool keeps_context = false;
 };
-
-// The default hooks (pipeline/): the framework registers them first, so every plugin overrides them.
-plugin make_default_plugin(store_runner& db, pipeline::context_cache& cache);
 
 class framework {
 public:
+    // A framework without hooks: register the default pipeline first (<baton/pipeline.hpp>,
+    // make_default_plugin), then the plugins that override it. The second form does the first
+    // step: framework fw{db, make_default_plugin(db)}.
     explicit framework(store_runner& db);
+    framework(store_runner& db, plugin defaults);
     ~framework();
 
     void register_plugin(plugin p);
@@ -243,7 +241,6 @@ private:
 
     store_runner& db_;
     std::shared_ptr<metrics_registry> metrics_ = std::make_shared<metrics_registry>();
-    std::unique_ptr<pipeline::context_cache> cache_;
     bool has_before_model_call_ = false;
     bool context_hooked_ = false;
     std::vector<plugin> plugins_; // registration order; hooks run from the back

@@ -10,6 +10,7 @@
 #include <baton/store.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/system/result.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -96,6 +97,9 @@ public:
     std::size_t live_sessions() const;
     // Messages waiting in session queues (stored or being stored), all sessions together.
     std::int64_t queued_turns() const;
+    // Store calls made and the transactions they were grouped into (GET /metrics).
+    std::uint64_t store_calls() const;
+    std::uint64_t store_batches() const;
     // The outbox counted by status (GET /metrics), on the store's thread.
     asio::awaitable<store::outbox_counts> count_outbox();
 
@@ -105,6 +109,14 @@ public:
     // Register before messages arrive.
     using route_check = std::function<std::optional<std::string>(std::string_view to)>;
     void add_route(std::string channel, route_check check);
+
+    // Channel cursors: small named values a channel keeps across restarts (a poll offset, a
+    // schedule's last fire). Read in the order named (nullopt: never written); written together,
+    // in one transaction. Errors: internal_error when the store fails. Cancellation: none.
+    asio::awaitable<boost::system::result<std::vector<std::optional<std::string>>>>
+    read_cursors(std::vector<std::string> names);
+    asio::awaitable<boost::system::error_code>
+    write_cursors(std::vector<std::pair<std::string, std::string>> values);
 
     // Called (on the session's strand) after a turn's final record is stored.
     void on_turn_finished(std::function<void(const turn_record&)> f);

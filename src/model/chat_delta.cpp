@@ -1,4 +1,4 @@
-#include <baton/chat_delta.hpp>
+#include "src/model/chat_delta.hpp"
 
 #include <boost/json.hpp>
 

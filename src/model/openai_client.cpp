@@ -1,9 +1,10 @@
 #include <baton/openai_client.hpp>
 
-#include <baton/framework.hpp>
+#include <baton/errors.hpp>
 #include <baton/json_text.hpp>
 #include <baton/log.hpp>
-#include <baton/sse.hpp>
+#include "src/model/chat_delta.hpp"
+#include "src/model/sse.hpp"
 
 #include <boost/asio/error.hpp>
 #include <boost/asio/steady_timer.hpp>

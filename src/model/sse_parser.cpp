@@ -1,4 +1,4 @@
-#include <baton/sse.hpp>
+#include "src/model/sse.hpp"
 
 #include <limits>
 

@@ -1,6 +1,6 @@
 // The model client's JSON readers: streamed chunks (one JSON value per line, folded in order)
 // and a whole non-streamed response. Nothing may crash; an error names a path.
-#include <baton/chat_delta.hpp>
+#include "src/model/chat_delta.hpp"
 
 #include <boost/json.hpp>
 

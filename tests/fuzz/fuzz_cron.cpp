@@ -1,6 +1,6 @@
 // Cron expressions: parse anything; for a valid schedule the next firing is strictly later, a
 // matching minute, and the last firing at or before it is itself.
-#include <baton/cron.hpp>
+#include "channels/schedule/cron.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,6 +1,6 @@
 // SSE parser: any bytes, cut anywhere, give the same events as the whole input fed at once (and
 // the same unfinished one at the end), and the parser never grows past its limit.
-#include <baton/sse.hpp>
+#include "src/model/sse.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "src/chat_view.hpp"
+#include "src/app/chat_view.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>

@@ -2,8 +2,8 @@
 #include <baton/log.hpp>
 #include <baton/runtime.hpp>
 
-#include "src/admission.hpp"
-#include "src/turn_cache.hpp"
+#include "src/core/admission.hpp"
+#include "src/core/turn_cache.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
@@ -122,6 +122,14 @@ std::int64_t runtime::queued_turns() const {
     return impl_->actors.total_waiting();
 }
 
+std::uint64_t runtime::store_calls() const {
+    return fw_.db().calls();
+}
+
+std::uint64_t runtime::store_batches() const {
+    return fw_.db().batches();
+}
+
 asio::awaitable<store::outbox_counts> runtime::count_outbox() {
     auto count = [](store& s) { return s.count_outbox(); };
     co_return co_await fw_.db().run(std::move(count));
@@ -149,6 +157,38 @@ std::optional<api_error> runtime::impl::check_deliver(const json::value& deliver
     }
     if (auto why = it->second(to)) return api_error{errc::invalid_request, "deliver.to: " + *why};
     return std::nullopt;
+}
+
+asio::awaitable<boost::system::result<std::vector<std::optional<std::string>>>>
+runtime::read_cursors(std::vector<std::string> names) {
+    auto read = [names = std::move(names)](store& s) {
+        std::vector<std::optional<std::string>> out;
+        out.reserve(names.size());
+        for (const auto& n : names)
+            out.push_back(s.get_cursor(n));
+        return out;
+    };
+    try {
+        co_return co_await fw_.db().run(std::move(read));
+    } catch (const std::exception& e) {
+        log::error("cannot read channel cursors", {{"error", e.what()}});
+    }
+    co_return boost::system::error_code(errc::internal_error);
+}
+
+asio::awaitable<boost::system::error_code>
+runtime::write_cursors(std::vector<std::pair<std::string, std::string>> values) {
+    auto write = [values = std::move(values)](store& s) {
+        for (const auto& [name, value] : values)
+            s.set_cursor(name, value);
+    };
+    try {
+        co_await fw_.db().run(std::move(write));
+        co_return boost::system::error_code{};
+    } catch (const std::exception& e) {
+        log::error("cannot write channel cursors", {{"error", e.what()}});
+    }
+    co_return boost::system::error_code(errc::internal_error);
 }
 
 void runtime::on_turn_finished(std::function<void(const turn_record&)> f) {

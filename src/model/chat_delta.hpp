@@ -3,6 +3,8 @@
 // or the body of a non-streaming response. Both paths produce the same type.
 #pragma once
 
+#include <baton/model.hpp>
+
 #include <boost/json/array.hpp>
 #include <boost/json/fwd.hpp>
 
@@ -12,48 +14,6 @@
 #include <vector>
 
 namespace baton {
-
-// What a model thought before it answered. Never part of the reply. Some providers need it sent
-// back with the assistant message in the next request of the turn (DeepSeek's thinking mode
-// answers 400 without it on tool-call steps), so it keeps the name it came under.
-struct model_reasoning {
-    // The readable text: `reasoning_content` (DeepSeek, xAI, Qwen, Moonshot, GLM), `reasoning`
-    // (Groq, OpenRouter, Ollama), Mistral's "thinking" content parts, or the text of OpenRouter's
-    // reasoning_details when nothing else carried it.
-    std::string text;
-    // The message field it came in and goes back in: "reasoning_content" or "reasoning"; empty
-    // when it came as content parts or inside reasoning_details only (then `text` is not sent).
-    std::string field;
-    // OpenRouter's reasoning_details, the stream's pieces merged by index; sent back as they came
-    // (encrypted blocks and signatures included). Empty when none came.
-    boost::json::array details;
-
-    bool empty() const { return text.empty() && details.empty(); }
-    bool operator==(const model_reasoning&) const = default;
-};
-
-struct chat_completion {
-    struct tool_call {
-        std::string id;
-        std::string name;
-        std::string arguments; // raw JSON text, as the model wrote it (it may not even parse)
-
-        bool operator==(const tool_call&) const = default;
-    };
-
-    std::string id;    // "chatcmpl-..."
-    std::string model; // the model that actually answered, e.g. "gpt-4o-2024-08-06"
-    std::string text;  // the reply; a refusal's text when `refusal`
-    model_reasoning reasoning;
-    bool refusal = false;              // the model refused (OpenAI's `refusal`): `text` says why
-    std::vector<tool_call> tool_calls; // ordered by the stream's tool-call index
-    std::string finish_reason;         // "stop", "length", "tool_calls", ...; empty if never sent
-    std::int64_t prompt_tokens = 0;
-    std::int64_t completion_tokens = 0;
-    bool has_usage = false;
-
-    bool operator==(const chat_completion&) const = default;
-};
 
 // What one chunk appended: reply text (model.delta events) and reasoning (model.reasoning).
 struct chunk_delta {

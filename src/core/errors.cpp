@@ -40,6 +40,8 @@ entry lookup(errc e) {
         return {"request_timeout", 408};
     case errc::internal_error:
         return {"internal_error", 500};
+    case errc::invalid_config:
+        return {"invalid_config", 500};
     }
     return {"internal_error", 500};
 }

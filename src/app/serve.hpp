@@ -1,4 +1,4 @@
-// `baton serve`: wires the concrete parts from the config and runs until SIGTERM/SIGINT.
+// `baton serve`: a thin main over baton::service (<baton/service.hpp>): the config, then start, wait for SIGTERM/SIGINT, stop.
 #pragma once
 
 #include <baton/config.hpp>

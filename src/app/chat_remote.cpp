@@ -1,7 +1,7 @@
 // `baton chat --url`: the chat against a running daemon over its WebSocket channel (docs/api.md
 // "WebSocket channel"). One io thread runs everything here; stdin has its own thread.
-#include "src/chat.hpp"
-#include "src/chat_view.hpp"
+#include "src/app/chat.hpp"
+#include "src/app/chat_view.hpp"
 
 #include <baton/http_client.hpp>
 #include <baton/ws_client.hpp>

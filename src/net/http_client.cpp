@@ -1,7 +1,7 @@
 // The library's only HTTP client translation unit: Beast's client side and Asio's TLS live here.
 #include <baton/http_client.hpp>
 
-#include "src/strand.hpp"
+#include <baton/strand.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_executor.hpp>

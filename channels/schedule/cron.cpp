@@ -1,4 +1,4 @@
-#include <baton/cron.hpp>
+#include "channels/schedule/cron.hpp"
 
 #include <array>
 #include <cctype>

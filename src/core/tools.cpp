@@ -1,5 +1,3 @@
-#include <baton/config.hpp>
-#include <baton/http_client.hpp>
 #include <baton/tools.hpp>
 
 namespace baton {
@@ -17,36 +15,6 @@ public:
 private:
     tool_schema schema_;
     tool_function fn_;
-};
-
-class http_tool final : public tool {
-public:
-    http_tool(std::string name, const tool_config& cfg, std::shared_ptr<http_client> http)
-        : url_(cfg.url), timeout_(cfg.timeout), http_(std::move(http)) {
-        schema_.name = std::move(name);
-        schema_.description = cfg.description;
-        schema_.parameters = cfg.parameters;
-    }
-    const tool_schema& schema() const override { return schema_; }
-    boost::asio::awaitable<tool_result> invoke(json::object args, tool_context& ctx) override {
-        http_headers headers{{"Content-Type", "application/json"}, {"X-Baton-Turn", ctx.turn_id}};
-        auto [ec, res] =
-            co_await http_->request("POST", url_, std::move(headers), json::serialize(args), timeout_);
-        if (ec == boost::asio::error::operation_aborted) throw boost::system::system_error(ec);
-        if (ec)
-            co_return tool_result{false,
-                                  "tool " + schema_.name + " could not be reached: " + ec.message()};
-        if (res.status < 200 || res.status > 299)
-            co_return tool_result{false, "tool " + schema_.name + " answered HTTP " +
-                                             std::to_string(res.status) + ": " + res.body};
-        co_return tool_result{true, std::move(res.body)};
-    }
-
-private:
-    tool_schema schema_;
-    std::string url_;
-    std::chrono::milliseconds timeout_;
-    std::shared_ptr<http_client> http_;
 };
 
 std::string_view type_of(const json::value& v) {
@@ -154,11 +122,6 @@ std::shared_ptr<tool> make_clock_tool() {
                               [](json::object, tool_context&) -> boost::asio::awaitable<tool_result> {
                                   co_return tool_result{true, format_time(now_ms())};
                               });
-}
-
-std::shared_ptr<tool> make_http_tool(std::string name, const tool_config& cfg,
-                                     std::shared_ptr<http_client> http) {
-    return std::make_shared<http_tool>(std::move(name), cfg, std::move(http));
 }
 
 void tool_registry::add(std::shared_ptr<tool> t) {

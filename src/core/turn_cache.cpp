@@ -1,4 +1,4 @@
-#include "src/turn_cache.hpp"
+#include "src/core/turn_cache.hpp"
 
 namespace baton::detail {
 

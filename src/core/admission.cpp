@@ -1,4 +1,4 @@
-#include "src/admission.hpp"
+#include "src/core/admission.hpp"
 
 #include <algorithm>
 #include <functional>

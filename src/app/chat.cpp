@@ -1,9 +1,10 @@
-#include "src/chat.hpp"
-#include "src/chat_view.hpp"
-#include "src/wiring.hpp"
+#include "src/app/chat.hpp"
+#include "src/app/chat_view.hpp"
+#include "src/app/wiring.hpp"
 
 #include <baton/log.hpp>
 #include <baton/runtime.hpp>
+#include <baton/service.hpp>
 #include <baton/types.hpp>
 
 #include <boost/asio/co_spawn.hpp>
@@ -194,14 +195,13 @@ int run_local_chat(const chat_options& opts) {
     if (!std::getenv("BATON_LOG")) log::set_level(log::level::error);
 
     asio::io_context ioc(1);
-    runtime_parts parts;
-    try {
-        parts = build_runtime_parts(cfg, ioc.get_executor());
-    } catch (const std::exception& e) {
-        std::cerr << "baton: " << e.what() << "\n";
-        return 1;
-    }
-    runtime rt(ioc.get_executor(), *parts.fw);
+    service_options so;
+    so.config = std::move(cfg);
+    so.http = false;     // nothing listens: the terminal is the channel
+    so.channels = false; // nor polls, fires or pushes
+    so.drain_grace = std::chrono::milliseconds(0); // leaving ends a turn in progress, as before
+    service svc(ioc.get_executor(), std::move(so));
+    auto& rt = svc.runtime();
     local_chat chat(ioc, rt, opts.session);
     // Before any accept, so that no event of ours is missed. Called on the publisher's thread.
     auto listener = rt.events().listen(opts.session, [&chat](const turn_log& log, const event_ptr& e) {
@@ -211,10 +211,11 @@ int run_local_chat(const chat_options& opts) {
     auto work = asio::make_work_guard(ioc);
     std::thread io([&] { ioc.run(); });
     int code = 0;
+    diagnostics diag;
     try {
-        asio::co_spawn(ioc, rt.recover(), asio::use_future).get();
+        svc.async_start(diag, asio::use_future).get();
     } catch (const std::exception& e) {
-        std::cerr << "baton: cannot recover the store: " << e.what() << "\n";
+        std::cerr << "baton: " << (diag.message().empty() ? e.what() : diag.message()) << "\n";
         code = 1;
     }
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
@@ -230,10 +231,10 @@ int run_local_chat(const chat_options& opts) {
         reader.stop();
     }
     rt.events().unlisten(opts.session, listener);
+    if (code == 0) svc.async_stop(asio::use_future).get();
     work.reset();
     ioc.stop();
     io.join();
-    parts.db->stop();
     return code;
 }
 

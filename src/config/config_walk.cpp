@@ -1,4 +1,4 @@
-#include "config_walk.hpp"
+#include "src/config/config_walk.hpp"
 
 #include <boost/json/basic_parser_impl.hpp>
 

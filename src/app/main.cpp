@@ -1,6 +1,6 @@
 // The `baton` command: serve, chat, check-config, --version, --help.
-#include "src/chat.hpp"
-#include "src/daemon.hpp"
+#include "src/app/chat.hpp"
+#include "src/app/serve.hpp"
 
 #include <baton/config.hpp>
 #include <baton/types.hpp>

@@ -2,7 +2,7 @@
 #include <baton/log.hpp>
 #include <baton/store_runner.hpp>
 
-#include "strand.hpp"
+#include <baton/strand.hpp>
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>

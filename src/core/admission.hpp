@@ -6,7 +6,7 @@
 #include <baton/errors.hpp>
 #include <baton/types.hpp>
 
-#include "strand.hpp"
+#include <baton/strand.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
 

@@ -5,17 +5,14 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "pipeline/context_cache.hpp"
-#include "pipeline/stages.hpp"
-
 #include <boost/asio/this_coro.hpp>
 
 namespace baton {
 
-framework::framework(store_runner& db)
-    : db_(db), cache_(std::make_unique<pipeline::context_cache>()) {
-    plugins_.push_back(make_default_plugin(db, *cache_));
-    tools_.add(make_clock_tool());
+framework::framework(store_runner& db) : db_(db) { tools_.add(make_clock_tool()); }
+
+framework::framework(store_runner& db, plugin defaults) : framework(db) {
+    register_plugin(std::move(defaults));
 }
 
 framework::~framework() = default;
@@ -23,7 +20,8 @@ framework::~framework() = default;
 asio::awaitable<void> framework::compact_session(std::string session_id, std::string agent) {
     const baton::agent* a = find_agent(agent);
     if (!a) co_return;
-    co_await pipeline::compact_idle(db_, *cache_, *a, session_id, metrics());
+    for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
+        if (it->compact_idle) co_await it->compact_idle(*this, *a, session_id);
 }
 
 asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {
@@ -53,7 +51,8 @@ asio::awaitable<void> framework::after_tool_call(turn_context& ctx, const tool_c
 
 void framework::register_plugin(plugin p) {
     if (p.before_model_call) has_before_model_call_ = true;
-    if (p.load_state || p.build_prompt || p.run_model || p.before_model_call) context_hooked_ = true;
+    if (!p.keeps_context && (p.load_state || p.build_prompt || p.run_model || p.before_model_call))
+        context_hooked_ = true;
     plugins_.push_back(std::move(p));
 }
 

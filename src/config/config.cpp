@@ -1,8 +1,8 @@
 #include <baton/config.hpp>
 
-#include "config_walk.hpp"
+#include "src/config/config_walk.hpp"
 
-#include <baton/cron.hpp>
+#include "channels/schedule/cron.hpp"
 #include <baton/types.hpp>
 
 #include <algorithm>

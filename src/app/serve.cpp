@@ -1,0 +1,119 @@
+#include "src/app/serve.hpp"
+#include "src/app/wiring.hpp"
+
+#include <baton/log.hpp>
+#include <baton/service.hpp>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <iostream>
+#include <thread>
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
+#ifdef BATON_JEMALLOC
+// jemalloc's settings, read at its start: one arena per CPU (its default, four per CPU, makes
+// ~0.3 MB more idle RSS). MALLOC_CONF in the environment adds to and overrides this.
+extern "C" {
+const char* malloc_conf = "percpu_arena:percpu";
+}
+#endif
+
+namespace baton {
+
+namespace {
+using asio::ip::tcp;
+
+// glibc returns the top of a heap to the kernel whenever 128 KiB of it is free, and serves
+// buffers over 128 KiB (a long context's request body) by mmap: under load the io threads'
+// arenas shrink and grow again many times a second (madvise, page faults, consolidation), ~8% of
+// the daemon's CPU per turn in bench/RESULTS.md. A daemon keeps what it freed, up to 64 MiB.
+// GLIBC_TUNABLES or MALLOC_* in the environment win over this. Built with jemalloc (the default,
+// see CMakeLists.txt), none of this applies: jemalloc keeps freed pages for a while on its own.
+void tune_malloc() {
+#if defined(__GLIBC__) && !defined(BATON_JEMALLOC)
+    if (std::getenv("GLIBC_TUNABLES") || std::getenv("MALLOC_TRIM_THRESHOLD_") ||
+        std::getenv("MALLOC_MMAP_THRESHOLD_"))
+        return;
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_MMAP_THRESHOLD, 16 << 20);
+#endif
+}
+
+std::string url_host(const tcp::endpoint& ep) {
+    auto a = ep.address();
+    return a.is_v6() ? "[" + a.to_string() + "]" : a.to_string();
+}
+} // namespace
+
+int run_daemon(const serve_options& opts) {
+    tune_malloc();
+    auto loaded = load_config_or_report(opts.config_file);
+    if (!loaded) return 2;
+    service_options so;
+    so.config = std::move(*loaded);
+    auto& cfg = so.config;
+    if (opts.listen) cfg.server.listen = *opts.listen;
+    if (opts.threads) cfg.server.threads = *opts.threads;
+    if (opts.data_dir)
+        cfg.storage.sqlite_path = (std::filesystem::path(*opts.data_dir) / "baton.db").string();
+    else if (!opts.config_file)
+        cfg.storage.sqlite_path = "var/baton.db";
+    so.allow_unauthenticated_remote = opts.insecure_no_auth;
+    unsigned threads = cfg.server.threads > 0 ? static_cast<unsigned>(cfg.server.threads)
+                                              : std::max(1u, std::thread::hardware_concurrency());
+
+    asio::io_context ioc(static_cast<int>(threads));
+    service svc(ioc.get_executor(), std::move(so));
+    // The guard comes first: a run() that finds no work would leave the io_context stopped.
+    auto work = asio::make_work_guard(ioc);
+    std::vector<std::thread> pool;
+    for (unsigned i = 0; i < threads; ++i)
+        pool.emplace_back([&] { ioc.run(); });
+    auto stop_threads = [&] {
+        work.reset();
+        ioc.stop();
+        for (auto& t : pool)
+            t.join();
+    };
+
+    diagnostics diag;
+    boost::system::error_code ec;
+    try {
+        svc.async_start(diag, asio::use_future).get();
+    } catch (const boost::system::system_error& e) {
+        ec = e.code();
+    }
+    if (ec) {
+        std::cerr << "baton: " << (diag.message().empty() ? ec.message() : diag.message()) << "\n";
+        stop_threads();
+        return ec == errc::invalid_config ? 2 : 1;
+    }
+    auto local = svc.local_endpoint();
+    std::cout << "listening on http://" << url_host(local) << ":" << local.port() << std::endl;
+    log::info("ready", {{"listen", url_host(local) + ":" + std::to_string(local.port())},
+                        {"threads", threads},
+                        {"storage", svc.config().storage.type == storage_config::kind::sqlite
+                                        ? svc.config().storage.sqlite_path
+                                        : "memory"}});
+    asio::signal_set signals(ioc, SIGINT, SIGTERM);
+    std::promise<int> stop_signal;
+    signals.async_wait(
+        [&](const boost::system::error_code& e, int sig) { stop_signal.set_value(e ? 0 : sig); });
+    int sig = stop_signal.get_future().get();
+    log::info("stopping", {{"signal", sig}});
+    svc.async_stop(asio::use_future).get();
+    stop_threads();
+    log::info("stopped");
+    return 0;
+}
+
+} // namespace baton

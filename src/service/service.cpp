@@ -1,0 +1,465 @@
+#include <baton/channels.hpp>
+#include <baton/delivery.hpp>
+#include <baton/log.hpp>
+#include <baton/openai_client.hpp>
+#include <baton/pipeline.hpp>
+#include <baton/service.hpp>
+#include <baton/store.hpp>
+#include <baton/store_runner.hpp>
+#include <baton/strand.hpp>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace baton {
+
+namespace {
+using boost::system::error_code;
+using detail::nothing;
+using detail::outcome;
+
+std::shared_ptr<model_client> make_model(asio::any_io_executor ex, const agent_config& a,
+                                         const std::shared_ptr<http_client>& http) {
+    if (a.model.provider == "echo") return make_echo_model();
+    if (a.model.provider == "openai") return make_openai_model(ex, a.model, http);
+    throw std::invalid_argument("agents." + a.name + ".model.provider: unknown provider " +
+                                a.model.provider);
+}
+
+std::shared_ptr<store> open_store(const config& cfg) {
+    switch (cfg.storage.type) {
+    case storage_config::kind::memory:
+        return make_memory_store();
+    case storage_config::kind::postgres:
+        throw std::invalid_argument("storage.postgres: PostgreSQL storage is not available in this build");
+    case storage_config::kind::sqlite:
+        break;
+    }
+    return make_sqlite_store({cfg.storage.sqlite_path, cfg.storage.sqlite_synchronous});
+}
+
+template <class T> outcome<T> failure(errc e, std::string message, diagnostics* diag) {
+    if (diag) diag->assign(std::move(message));
+    return {make_error_code(e), {}};
+}
+
+bool loopback_listen(const std::string& listen) {
+    auto colon = listen.rfind(':');
+    std::string host = listen.substr(0, colon == std::string::npos ? listen.size() : colon);
+    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+    if (host == "localhost") return true;
+    error_code ec;
+    auto a = asio::ip::make_address(host, ec);
+    return !ec && a.is_loopback();
+}
+} // namespace
+
+// A caller of async_wait_turn: its coroutine runs on `strand`, where the turn's end is handed over.
+struct turn_waiter {
+    explicit turn_waiter(asio::any_io_executor s) : strand(s), timer(s) {}
+    asio::any_io_executor strand;
+    asio::steady_timer timer;
+    std::optional<turn_record> record; // set on the strand
+    bool abandoned = false;            // the service stopped first
+};
+
+struct service::impl : channel_host {
+    impl(asio::any_io_executor e, service_options o) : ex(std::move(e)), opts(std::move(o)) {}
+
+    asio::any_io_executor ex;
+    service_options opts;
+    std::string init_error; // what the constructor could not build
+    std::unique_ptr<store_runner> db;
+    std::unique_ptr<baton::framework> fw;
+    std::shared_ptr<http_client> http;
+    std::unique_ptr<baton::runtime> rt;
+    std::unique_ptr<delivery> outbox;
+    std::vector<std::shared_ptr<channel>> channels;
+    std::shared_ptr<http_channel> http_ch;
+    std::vector<plugin> plugins_after; // channels' hooks, registered in attach order
+    enum class phase { built, starting, running, stopping, stopped } state = phase::built;
+
+    std::mutex waiters_mutex;
+    std::unordered_multimap<std::string, std::shared_ptr<turn_waiter>> waiters;
+
+    // channel_host
+    asio::any_io_executor get_executor() const override { return ex; }
+    const baton::config& config() const override { return opts.config; }
+    baton::runtime& runtime() override { return *rt; }
+    void add_plugin(plugin p) override { fw->register_plugin(std::move(p)); }
+    void add_outbound(std::shared_ptr<outbound_channel> c) override { outbox->add_channel(std::move(c)); }
+
+    void turn_finished(const turn_record& rec) {
+        std::lock_guard lock(waiters_mutex);
+        auto [b, e] = waiters.equal_range(rec.turn_id);
+        for (auto it = b; it != e; ++it)
+            asio::post(it->second->strand, [w = it->second, rec] {
+                w->record = rec;
+                w->timer.cancel();
+            });
+        waiters.erase(b, e);
+    }
+    void abandon_waiters() {
+        std::lock_guard lock(waiters_mutex);
+        for (auto& [id, w] : waiters)
+            asio::post(w->strand, [w = w] {
+                w->abandoned = true;
+                w->timer.cancel();
+            });
+        waiters.clear();
+    }
+};
+
+service::service(asio::any_io_executor ex, service_options opts)
+    : impl_(std::make_unique<impl>(std::move(ex), std::move(opts))) {
+    auto& i = *impl_;
+    const auto& cfg = i.opts.config;
+    try {
+        i.db = std::make_unique<store_runner>(open_store(cfg));
+    } catch (const std::exception& e) {
+        // A framework over an empty memory store keeps the members usable; start() refuses.
+        i.init_error = std::string("storage: ") + e.what();
+        i.db = std::make_unique<store_runner>(make_memory_store());
+    }
+    i.fw = std::make_unique<baton::framework>(*i.db);
+    i.fw->register_plugin(make_default_plugin(*i.db));
+    i.http = std::make_shared<http_client>(i.ex);
+    for (auto& [name, a] : cfg.agents) {
+        try {
+            i.fw->add_agent(agent{a, make_model(i.ex, a, i.http)});
+        } catch (const std::exception& e) {
+            if (i.init_error.empty()) i.init_error = e.what();
+        }
+    }
+    for (auto& [name, t] : cfg.tools)
+        i.fw->tools().add(make_http_tool(name, t, i.http));
+    event_hub_options events;
+    events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
+    i.rt = std::make_unique<baton::runtime>(i.ex, *i.fw, events);
+    i.rt->on_turn_finished([p = impl_.get()](const turn_record& rec) { p->turn_finished(rec); });
+    i.outbox = std::make_unique<delivery>(i.ex, *i.rt);
+    // The channels the config enables, in the order they start.
+    if (!i.opts.channels) return;
+    if (!cfg.channels.schedules.empty()) add_channel(make_schedule_channel());
+    if (i.opts.http) {
+        i.http_ch = make_http_channel();
+        add_channel(i.http_ch);
+    }
+    if (!cfg.channels.webhook_targets.empty()) add_channel(make_webhook_channel(i.http));
+    if (cfg.channels.telegram_token_env) add_channel(make_telegram_channel(i.http));
+}
+
+// The members go in reverse: channels, delivery, runtime, framework, then the store runner (its
+// destructor runs what is queued and joins its thread).
+service::~service() = default;
+
+asio::any_io_executor service::get_executor() const {
+    return impl_->ex;
+}
+const baton::config& service::config() const {
+    return impl_->opts.config;
+}
+void service::add_plugin(plugin p) {
+    impl_->fw->register_plugin(std::move(p));
+}
+void service::add_tool(std::shared_ptr<tool> t) {
+    impl_->fw->tools().add(std::move(t));
+}
+void service::add_agent(agent_config a, std::shared_ptr<model_client> model) {
+    impl_->fw->add_agent(agent{std::move(a), std::move(model)});
+}
+void service::add_channel(std::shared_ptr<channel> c) {
+    impl_->channels.push_back(std::move(c));
+}
+baton::framework& service::framework() {
+    return *impl_->fw;
+}
+baton::runtime& service::runtime() {
+    return *impl_->rt;
+}
+asio::ip::tcp::endpoint service::local_endpoint() const {
+    return impl_->http_ch ? impl_->http_ch->local_endpoint() : asio::ip::tcp::endpoint{};
+}
+bool service::running() const {
+    return impl_->state == impl::phase::running;
+}
+
+asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
+    auto& i = *impl_;
+    if (diag) diag->clear();
+    if (i.state != impl::phase::built)
+        co_return failure<nothing>(errc::invalid_request, "the service was started already", diag);
+    if (!i.init_error.empty()) co_return failure<nothing>(errc::invalid_config, i.init_error, diag);
+    const auto& cfg = i.opts.config;
+    if (!cfg.server.tokens.empty())
+        co_return failure<nothing>(errc::invalid_config,
+                                   "server.tokens: bearer-token auth is not available in this build", diag);
+    if (i.opts.http && !loopback_listen(cfg.server.listen) && !i.opts.allow_unauthenticated_remote)
+        co_return failure<nothing>(errc::invalid_config,
+                                   "refusing to listen on " + cfg.server.listen +
+                                       " without server.tokens; pass --insecure-no-auth to allow it",
+                                   diag);
+    i.state = impl::phase::starting;
+    std::string step = "attaching the channels";
+    try {
+        for (auto& c : i.channels) {
+            step = std::string("channel ") + std::string(c->name());
+            c->attach(i);
+        }
+        // Last: the outbox takes the items of the pushing channels before any other hook.
+        i.fw->register_plugin(i.outbox->make_plugin());
+        // Items left by the last process first (sending -> uncertain), then the turns it left.
+        step = "recovering the outbox";
+        co_await i.outbox->start();
+        step = "recovering turns";
+        co_await i.rt->recover();
+        for (auto& c : i.channels) {
+            step = std::string("starting channel ") + std::string(c->name());
+            co_await c->start();
+        }
+    } catch (const std::invalid_argument& e) {
+        i.state = impl::phase::stopped;
+        co_return failure<nothing>(errc::invalid_config, step + ": " + e.what(), diag);
+    } catch (const std::exception& e) {
+        log::error("start failed", {{"step", step}, {"error", e.what()}});
+        i.state = impl::phase::stopped;
+        co_return failure<nothing>(errc::internal_error, step + ": " + e.what(), diag);
+    }
+    i.state = impl::phase::running;
+    co_return outcome<nothing>{};
+}
+
+asio::awaitable<outcome<nothing>> service::stop() {
+    auto& i = *impl_;
+    if (i.state != impl::phase::running && i.state != impl::phase::starting) {
+        i.state = impl::phase::stopped;
+        co_return outcome<nothing>{};
+    }
+    i.state = impl::phase::stopping;
+    log::info("draining", {{"running_turns", i.rt->running_turns()}});
+    for (auto& c : i.channels) {
+        try {
+            co_await c->stop();
+        } catch (const std::exception& e) {
+            log::error("stopping a channel failed", {{"channel", std::string(c->name())}, {"error", e.what()}});
+        }
+    }
+    try {
+        co_await i.rt->drain(i.opts.drain_grace);
+    } catch (const std::exception& e) {
+        log::error("drain failed", {{"error", e.what()}});
+    }
+    for (auto& c : i.channels) {
+        try {
+            co_await c->close();
+        } catch (const std::exception& e) {
+            log::error("closing a channel failed", {{"channel", std::string(c->name())}, {"error", e.what()}});
+        }
+    }
+    try {
+        co_await i.outbox->stop(i.opts.delivery_grace);
+    } catch (const std::exception& e) {
+        log::error("stopping delivery failed", {{"error", e.what()}});
+    }
+    i.abandon_waiters();
+    i.state = impl::phase::stopped;
+    co_return outcome<nothing>{};
+}
+
+asio::awaitable<outcome<accepted>> service::submit(accept_request m, diagnostics* diag) {
+    if (diag) diag->clear();
+    auto r = co_await impl_->rt->accept(std::move(m));
+    if (auto* a = std::get_if<accepted>(&r)) co_return outcome<accepted>{{}, std::move(*a)};
+    auto& e = std::get<api_error>(r);
+    co_return failure<accepted>(e.code, std::move(e.message), diag);
+}
+
+asio::awaitable<outcome<turn_record>> service::get_turn(std::string turn_id) {
+    auto rec = co_await impl_->rt->get_turn(std::move(turn_id));
+    if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
+    co_return outcome<turn_record>{{}, std::move(*rec)};
+}
+
+asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
+    co_await detail::accept_partial_cancellation();
+    // On a strand of its own, where the turn's end is handed over (turn_finished posts there).
+    auto strand = detail::make_thin_strand(impl_->ex);
+    co_await asio::post(strand, asio::use_awaitable);
+    auto w = std::make_shared<turn_waiter>(strand);
+    {
+        std::lock_guard lock(impl_->waiters_mutex);
+        impl_->waiters.emplace(turn_id, w);
+    }
+    auto unregister = [&] {
+        std::lock_guard lock(impl_->waiters_mutex);
+        auto [b, e] = impl_->waiters.equal_range(turn_id);
+        for (auto it = b; it != e; ++it)
+            if (it->second == w) {
+                impl_->waiters.erase(it);
+                break;
+            }
+    };
+    // Registered first, then read: an end between the two is not missed.
+    auto rec = co_await impl_->rt->get_turn(turn_id);
+    co_await asio::post(strand, asio::use_awaitable);
+    if (!rec || is_terminal(rec->status)) {
+        unregister();
+        if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
+        co_return outcome<turn_record>{{}, std::move(*rec)};
+    }
+    while (!w->record && !w->abandoned) {
+        w->timer.expires_at(asio::steady_timer::time_point::max());
+        co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (!w->record && (co_await asio::this_coro::cancellation_state).cancelled() !=
+                              asio::cancellation_type::none) {
+            unregister();
+            co_return outcome<turn_record>{make_error_code(asio::error::operation_aborted), {}};
+        }
+    }
+    if (!w->record) co_return outcome<turn_record>{make_error_code(errc::draining), {}};
+    co_return outcome<turn_record>{{}, std::move(*w->record)};
+}
+
+asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(std::string session_id,
+                                                                      std::int64_t after,
+                                                                      std::size_t limit) {
+    using out = outcome<std::vector<tape_entry>>;
+    if (limit < 1 || limit > 1000) co_return out{make_error_code(errc::invalid_request), {}};
+    auto session = co_await impl_->rt->get_session(session_id);
+    if (!session) co_return out{make_error_code(errc::not_found), {}};
+    co_return out{{}, co_await impl_->rt->read_tape(std::move(session_id), after, limit)};
+}
+
+asio::awaitable<outcome<nothing>> service::cancel(std::string turn_id) {
+    auto e = co_await impl_->rt->cancel(std::move(turn_id));
+    if (e) co_return outcome<nothing>{make_error_code(e->code), {}};
+    co_return outcome<nothing>{};
+}
+
+// --- subscriptions ---
+
+struct service::subscription::state {
+    explicit state(asio::any_io_executor s) : strand(s), timer(s) {}
+    asio::any_io_executor strand;
+    asio::steady_timer timer; // woken (cancelled) on the strand when something arrives
+    std::mutex mutex;
+    std::deque<service_event> queue;
+    std::uint64_t dropped = 0;
+    bool closed = false;
+    // A session's subscription: its listener in the hub.
+    event_hub* hub = nullptr;
+    std::string session_id;
+    std::uint64_t listener = 0;
+    // A turn's: its log, read after `after`.
+    std::shared_ptr<turn_log> log;
+    std::int64_t after = 0;
+    bool finished = false; // turn.finished is queued or handed over
+
+    void end() {
+        std::lock_guard lock(mutex);
+        if (closed) return;
+        closed = true;
+        if (hub && listener) hub->unlisten(session_id, listener);
+        listener = 0;
+    }
+};
+
+service::subscription::subscription(std::shared_ptr<state> s) : state_(std::move(s)) {}
+service::subscription::subscription(subscription&&) noexcept = default;
+service::subscription& service::subscription::operator=(subscription&& o) noexcept {
+    if (this != &o) {
+        close();
+        state_ = std::move(o.state_);
+    }
+    return *this;
+}
+service::subscription::~subscription() {
+    close();
+}
+void service::subscription::close() {
+    if (!state_) return;
+    state_->end();
+    // Wakes a reader (which then sees `closed`); the state lives until its handlers have run.
+    asio::post(state_->strand, [s = state_] { s->timer.cancel(); });
+}
+std::uint64_t service::subscription::gap() const {
+    std::lock_guard lock(state_->mutex);
+    return state_->dropped;
+}
+asio::any_io_executor service::subscription::executor() const {
+    return state_->strand;
+}
+
+asio::awaitable<outcome<service_event>> service::subscription::next() {
+    using out = outcome<service_event>;
+    co_await detail::accept_partial_cancellation();
+    auto s = state_;
+    for (;;) {
+        if (s->log) {
+            // Reads what is new; the log calls the waker (once) on its next publish.
+            std::weak_ptr<state> weak = s;
+            auto r = s->log->read_after(s->after, 256, [weak] {
+                if (auto st = weak.lock()) asio::post(st->strand, [st] { st->timer.cancel(); });
+            });
+            std::lock_guard lock(s->mutex);
+            if (r.gap_from) s->dropped += static_cast<std::uint64_t>(r.gap_to - *r.gap_from + 1);
+            for (auto& e : r.events) {
+                s->after = e->seq;
+                if (e->type == "turn.finished") s->finished = true;
+                s->queue.push_back({s->log->turn_id(), s->log->session_id(), std::move(e)});
+            }
+        }
+        {
+            std::lock_guard lock(s->mutex);
+            if (!s->queue.empty()) {
+                auto e = std::move(s->queue.front());
+                s->queue.pop_front();
+                co_return out{{}, std::move(e)};
+            }
+            if (s->closed || (s->log && s->finished)) co_return out{make_error_code(asio::error::eof), {}};
+        }
+        s->timer.expires_at(asio::steady_timer::time_point::max());
+        co_await s->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
+            co_return out{make_error_code(asio::error::operation_aborted), {}};
+    }
+}
+
+service::subscription service::subscribe_session(const std::string& session_id) {
+    auto s = std::make_shared<subscription::state>(detail::make_thin_strand(impl_->ex));
+    s->hub = &impl_->rt->events();
+    s->session_id = session_id;
+    std::weak_ptr<subscription::state> weak = s;
+    s->listener = s->hub->listen(session_id, [weak](const turn_log& log, const event_ptr& e) {
+        auto st = weak.lock();
+        if (!st) return;
+        {
+            std::lock_guard lock(st->mutex);
+            if (st->closed) return;
+            if (st->queue.size() >= 4096) {
+                st->queue.pop_front();
+                ++st->dropped;
+            }
+            st->queue.push_back({log.turn_id(), log.session_id(), e});
+        }
+        asio::post(st->strand, [st] { st->timer.cancel(); });
+    });
+    return subscription(std::move(s));
+}
+
+service::subscription service::subscribe_turn(const std::string& turn_id, error_code& ec) {
+    auto s = std::make_shared<subscription::state>(detail::make_thin_strand(impl_->ex));
+    s->log = impl_->rt->events().find(turn_id);
+    ec = s->log ? error_code{} : make_error_code(errc::not_found);
+    if (!s->log) s->closed = true;
+    return subscription(std::move(s));
+}
+
+} // namespace baton
