@@ -146,7 +146,7 @@ public:
     // A subscription to the events of one session's turns (from now on) or of one turn (from
     // its first kept event, `turn.finished` last). Events queue inside the subscription; a
     // subscription of a session that falls 4096 events behind drops the oldest (see gap()).
-    // Destroying it ends it.
+    // Destroying it ends it; it must not outlive its service.
     class subscription {
     public:
         subscription(subscription&&) noexcept;

@@ -315,13 +315,12 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
         co_return outcome<turn_record>{{}, std::move(*rec)};
     }
     while (!w->record && !w->abandoned) {
-        w->timer.expires_at(asio::steady_timer::time_point::max());
-        co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        if (!w->record && (co_await asio::this_coro::cancellation_state).cancelled() !=
-                              asio::cancellation_type::none) {
+        if (co_await detail::cancelled()) {
             unregister();
             co_return outcome<turn_record>{make_error_code(asio::error::operation_aborted), {}};
         }
+        w->timer.expires_at(asio::steady_timer::time_point::max());
+        co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     }
     if (!w->record) co_return outcome<turn_record>{make_error_code(errc::draining), {}};
     co_return outcome<turn_record>{{}, std::move(*w->record)};
@@ -334,7 +333,9 @@ asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(std::string
     if (limit < 1 || limit > 1000) co_return out{make_error_code(errc::invalid_request), {}};
     auto session = co_await impl_->rt->get_session(session_id);
     if (!session) co_return out{make_error_code(errc::not_found), {}};
-    co_return out{{}, co_await impl_->rt->read_tape(std::move(session_id), after, limit)};
+    // Awaited first, then put in the braces: GCC 12 mishandles a co_await inside a braced init.
+    auto entries = co_await impl_->rt->read_tape(std::move(session_id), after, limit);
+    co_return out{{}, std::move(entries)};
 }
 
 asio::awaitable<outcome<nothing>> service::cancel(std::string turn_id) {
@@ -425,10 +426,9 @@ asio::awaitable<outcome<service_event>> service::subscription::next() {
             }
             if (s->closed || (s->log && s->finished)) co_return out{make_error_code(asio::error::eof), {}};
         }
+        if (co_await detail::cancelled()) co_return out{make_error_code(asio::error::operation_aborted), {}};
         s->timer.expires_at(asio::steady_timer::time_point::max());
         co_await s->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-        if ((co_await asio::this_coro::cancellation_state).cancelled() != asio::cancellation_type::none)
-            co_return out{make_error_code(asio::error::operation_aborted), {}};
     }
 }
 

@@ -1,4 +1,4 @@
-#include "sqlite_schema.hpp"
+#include "src/store/sqlite_schema.hpp"
 
 #include <sqlite3.h>
 

@@ -3,8 +3,8 @@
 #include <baton/json_text.hpp>
 #include <baton/store.hpp>
 
-#include "sqlite_query.hpp"
-#include "sqlite_schema.hpp"
+#include "src/store/sqlite_query.hpp"
+#include "src/store/sqlite_schema.hpp"
 
 #include <sqlite3.h>
 

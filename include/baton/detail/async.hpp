@@ -41,10 +41,18 @@ template <class T, class Handler> void complete(Handler& h, outcome<T>&& r) {
         std::move(h)(r.ec, std::move(r.value));
 }
 
-// Lets a token's partial cancellation through as well as the terminal one (co_spawn's default).
+// Lets a token's partial cancellation through as well as the terminal one (co_spawn's default),
+// and has the operation look at the cancellation state itself (cancelled()) instead of the next
+// co_await throwing: a cancelled operation completes with operation_aborted, never an exception.
 inline boost::asio::awaitable<void> accept_partial_cancellation() {
     co_await boost::asio::this_coro::reset_cancellation_state(
         boost::asio::enable_partial_cancellation());
+    co_await boost::asio::this_coro::throw_if_cancelled(false);
+}
+
+inline boost::asio::awaitable<bool> cancelled() {
+    auto cs = co_await boost::asio::this_coro::cancellation_state;
+    co_return cs.cancelled() != boost::asio::cancellation_type::none;
 }
 
 template <class T, class Token>
