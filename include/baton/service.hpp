@@ -118,7 +118,7 @@ public:
     // or at once when it already has. Handler: void(error_code, turn_record). Errors: not_found.
     // Cancellation: terminal and partial; the wait ends with operation_aborted and the turn goes on.
     template <class Token> auto async_wait_turn(std::string turn_id, Token&& token) {
-        return detail::async_run<turn_record>(get_executor(), wait_turn(std::move(turn_id)),
+        return detail::async_run<turn_record>(new_strand(), wait_turn(std::move(turn_id)),
                                               std::forward<Token>(token));
     }
     // The turn's record as it stands. Handler: void(error_code, turn_record). Errors: not_found.
@@ -179,6 +179,7 @@ public:
     struct impl;
 
 private:
+    boost::asio::any_io_executor new_strand() const; // where a wait runs and is woken
     boost::asio::awaitable<detail::outcome<detail::nothing>> start(diagnostics* diag);
     boost::asio::awaitable<detail::outcome<detail::nothing>> stop();
     boost::asio::awaitable<detail::outcome<accepted>> submit(accept_request m, diagnostics* diag);

@@ -191,6 +191,10 @@ bool service::running() const {
     return impl_->state == impl::phase::running;
 }
 
+asio::any_io_executor service::new_strand() const {
+    return detail::make_thin_strand(impl_->ex);
+}
+
 asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     auto& i = *impl_;
     if (diag) diag->clear();
@@ -289,9 +293,9 @@ asio::awaitable<outcome<turn_record>> service::get_turn(std::string turn_id) {
 
 asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     co_await detail::accept_partial_cancellation();
-    // On a strand of its own, where the turn's end is handed over (turn_finished posts there).
-    auto strand = detail::make_thin_strand(impl_->ex);
-    co_await asio::post(strand, asio::use_awaitable);
+    // On a strand of its own (async_wait_turn spawns it on new_strand()), where the turn's end
+    // is handed over: turn_finished posts there.
+    auto strand = co_await asio::this_coro::executor;
     auto w = std::make_shared<turn_waiter>(strand);
     {
         std::lock_guard lock(impl_->waiters_mutex);
@@ -308,7 +312,6 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     };
     // Registered first, then read: an end between the two is not missed.
     auto rec = co_await impl_->rt->get_turn(turn_id);
-    co_await asio::post(strand, asio::use_awaitable);
     if (!rec || is_terminal(rec->status)) {
         unregister();
         if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
