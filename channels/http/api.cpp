@@ -45,7 +45,7 @@ json::object turn_links(const std::string& tid) {
 reply error_reply(errc code, std::string_view message) {
     reply r = json_reply(http_status(code),
                          json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
-    if (code == errc::session_queue_full || code == errc::overloaded)
+    if (code == errc::session_queue_full || code == errc::overloaded || code == errc::websocket_full)
         r.headers.emplace_back("Retry-After", "1");
     return r;
 }

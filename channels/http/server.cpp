@@ -33,9 +33,7 @@ std::optional<http::reply> read_failure_reply(const boost::system::error_code& e
     if (ec == bhttp::error::body_limit)
         return http::error_reply(errc::payload_too_large, "the body is larger than max_body_bytes");
     if (ec == bhttp::error::header_limit) {
-        auto r = http::error_reply(errc::invalid_request, "the request headers are too large");
-        r.status = 431;
-        return r;
+        return http::error_reply(errc::headers_too_large, "the request headers are too large");
     }
     if (ec == beast::error::timeout)
         return got_bytes ? std::optional(http::error_reply(errc::request_timeout,
@@ -351,22 +349,19 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             auto version = req[bhttp::field::sec_websocket_version];
             bool bad_key = key.empty() || key.size() > 24;
             if (bad_key || version != "13") {
-                auto r = http::error_reply(errc::invalid_request,
-                                           bad_key ? "Sec-WebSocket-Key: 16 bytes in base64 expected"
-                                                   : "Sec-WebSocket-Version: 13 expected, not '" +
+                auto r = bad_key ? http::error_reply(errc::invalid_request,
+                                                     "Sec-WebSocket-Key: 16 bytes in base64 expected")
+                                 : http::error_reply(errc::upgrade_required,
+                                                     "Sec-WebSocket-Version: 13 expected, not '" +
                                                          std::string(version) + "'");
-                if (!bad_key) {
-                    r.status = 426;
-                    r.headers.emplace_back("Sec-WebSocket-Version", "13");
-                }
+                if (!bad_key) r.headers.emplace_back("Sec-WebSocket-Version", "13");
                 if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
                 continue;
             }
             auto slot = self->ws->try_open();
             if (!slot) {
                 // The and API's word for a full channel: 503 at the upgrade.
-                auto r = http::error_reply(errc::overloaded, "too many WebSocket connections");
-                r.status = 503;
+                auto r = http::error_reply(errc::websocket_full, "too many WebSocket connections");
                 co_await self->write(stream, req.version(), false, std::move(r));
                 break;
             }
@@ -389,10 +384,9 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             co_return;
         }
         if (kind == stream_kind::websocket) {
-            auto r = self->ws ? http::error_reply(errc::invalid_request,
+            auto r = self->ws ? http::error_reply(errc::upgrade_required,
                                                   "GET /v1/ws needs a WebSocket upgrade request")
                               : http::error_reply(errc::not_found, "the WebSocket channel is disabled");
-            r.status = self->ws ? 426 : 404;
             if (self->ws) r.headers.emplace_back("Upgrade", "websocket");
             if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
             continue;

@@ -27,11 +27,17 @@ enum class errc {
     request_timeout,
     internal_error,
     invalid_config, // a config the service cannot run (diagnostics say where)
+    // Three answers that keep the API's code but have a status of their own (docs/api.md).
+    headers_too_large,     // "invalid_request", 431
+    upgrade_required,      // "invalid_request", 426 (a WebSocket upgrade, version 13)
+    websocket_full,        // "overloaded", 503 (channels.ws.max_connections)
 };
 
 const boost::system::error_category& baton_category() noexcept;
 boost::system::error_code make_error_code(errc e) noexcept;
 
+// The one mapping of errors to the API: the snake_case code of {"error": {"code"}} and the HTTP
+// status. Every HTTP and WebSocket answer takes both from here.
 std::string_view code_name(errc e); // "session_queue_full"
 unsigned http_status(errc e);       // 429
 

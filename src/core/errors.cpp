@@ -42,6 +42,12 @@ entry lookup(errc e) {
         return {"internal_error", 500};
     case errc::invalid_config:
         return {"invalid_config", 500};
+    case errc::headers_too_large:
+        return {"invalid_request", 431};
+    case errc::upgrade_required:
+        return {"invalid_request", 426};
+    case errc::websocket_full:
+        return {"overloaded", 503};
     }
     return {"internal_error", 500};
 }
