@@ -4,6 +4,7 @@
 #pragma once
 
 #include "tests/context_daemon.hpp"
+#include "tests/test_util.hpp"
 
 #include <chrono>
 #include <string>
@@ -52,15 +53,5 @@ std::vector<const json::value*> with_role(const recorded_request& r, std::string
 std::string describe(const recorded_request& r);
 // The summary requests the model got, in order.
 std::vector<recorded_request> summary_requests(const context_daemon& c);
-
-// Waits (polling every 2 ms, bounded) until `pred` holds.
-template <class Pred> bool eventually(Pred pred, std::chrono::milliseconds limit) {
-    auto deadline = std::chrono::steady_clock::now() + limit;
-    while (!pred()) {
-        if (std::chrono::steady_clock::now() >= deadline) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return true;
-}
 
 } // namespace baton::test

@@ -1,8 +1,10 @@
 // The delivery workers in process: a runtime on two threads, the memory store and scripted pushing
 // channels. Replies are split to the channel's limit and arrive in order per recipient, no more
-// sends run at once than the channel allows, and failed attempts follow the retry budget.
+// sends run at once than the channel allows, and failed attempts follow the retry budget, each retry
+// at its backoff on a manual clock and not a millisecond before.
 #include "tests/test_util.hpp"
 
+#include <baton/clock.hpp>
 #include <baton/pipeline.hpp>
 #include <baton/delivery.hpp>
 #include <baton/runtime.hpp>
@@ -78,17 +80,20 @@ struct delivery_fixture {
     runtime rt{ctx.get_executor(), fw};
     std::shared_ptr<scripted_channel> chat = std::make_shared<scripted_channel>("chat", true, 2, 10);
     std::shared_ptr<scripted_channel> bulk = std::make_shared<scripted_channel>("bulk", false, 3, 0);
+    // The backoffs' clock: retries wait until the test moves it.
+    std::shared_ptr<manual_clock> clock = std::make_shared<manual_clock>();
     delivery out;
     asio::executor_work_guard<asio::io_context::executor_type> work{ctx.get_executor()};
     std::vector<std::thread> threads;
 
-    static delivery_options fast_retries() {
+    delivery_options two_retries() {
         delivery_options o;
-        o.retry.backoff = {std::chrono::milliseconds(10), std::chrono::milliseconds(20)};
+        o.retry.backoff = {std::chrono::seconds(1), std::chrono::seconds(5)};
+        o.clock = clock;
         return o;
     }
 
-    delivery_fixture() : out(ctx.get_executor(), rt, fast_retries()) {
+    delivery_fixture() : out(ctx.get_executor(), rt, two_retries()) {
         agent a;
         a.model = make_echo_model();
         fw.add_agent(a);
@@ -173,6 +178,7 @@ BOOST_AUTO_TEST_CASE(an_unordered_channel_sends_in_parallel_up_to_its_bound) {
 }
 
 BOOST_AUTO_TEST_CASE(retries_follow_the_budget_then_fail) {
+    using std::chrono::milliseconds;
     delivery_fixture f;
     f.bulk->script = [](const outbox_item& item) {
         if (item.session_id == "flaky" && item.attempts < 2) return send_outcome::again("busy");
@@ -181,7 +187,30 @@ BOOST_AUTO_TEST_CASE(retries_follow_the_budget_then_fail) {
     };
     BOOST_TEST_REQUIRE(std::holds_alternative<accepted>(f.accept("flaky", "x", "bulk", "r1")));
     BOOST_TEST_REQUIRE(std::holds_alternative<accepted>(f.accept("broken", "x", "bulk", "r1")));
+    // Each pending item after `attempts` attempts, once the lane waits for the next one.
+    auto waiting_after = [&](std::size_t n, std::int64_t attempts) {
+        return eventually([&] {
+            auto items = f.items(outbox_status::pending);
+            bool all = items.size() == n;
+            for (const auto& i : items)
+                all = all && i.attempts == attempts && i.status == outbox_status::pending;
+            return all && f.clock->waiting() == 1;
+        });
+    };
+    // Both first attempts fail at once; the next waits the first backoff, 1 s.
+    BOOST_TEST_REQUIRE(waiting_after(2, 1));
+    for (const auto& i : f.items(outbox_status::pending))
+        BOOST_TEST(i.next_attempt_at == f.clock->utc_ms() + 1000);
+    f.clock->advance(milliseconds(999));
+    BOOST_TEST_REQUIRE(waiting_after(2, 1));
+    f.clock->advance(milliseconds(1));
     BOOST_TEST_REQUIRE(f.wait_items(outbox_status::delivered, 1));
+    // The second failure of `broken` waits the second backoff, 5 s; its third is the last.
+    BOOST_TEST_REQUIRE(waiting_after(1, 2));
+    BOOST_TEST(f.items(outbox_status::pending).at(0).next_attempt_at == f.clock->utc_ms() + 5000);
+    f.clock->advance(milliseconds(4999));
+    BOOST_TEST_REQUIRE(waiting_after(1, 2));
+    f.clock->advance(milliseconds(1));
     BOOST_TEST_REQUIRE(f.wait_items(outbox_status::failed, 1));
     auto ok = f.items(outbox_status::delivered).at(0);
     BOOST_TEST(ok.session_id == "flaky");
@@ -190,6 +219,9 @@ BOOST_AUTO_TEST_CASE(retries_follow_the_budget_then_fail) {
     BOOST_TEST(failed.session_id == "broken");
     BOOST_TEST(failed.attempts == 3); // two backoffs in this budget, then the last attempt
     BOOST_TEST(failed.last_error == "down");
+    BOOST_TEST(f.items(outbox_status::pending).empty());
+    std::lock_guard lock(f.bulk->m);
+    BOOST_TEST(f.bulk->done == 5u); // 2 + 1 + 2 attempts: none early, none extra
 }
 
 BOOST_AUTO_TEST_CASE(unknown_recipients_are_refused_at_accept) {

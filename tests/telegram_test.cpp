@@ -1,11 +1,13 @@
 // The Telegram channel without a daemon: the Bot API answers and what they mean, the debounce and
-// its held updates (no I/O), and sendMessage against the fake Bot API server (pacing, 429 with
-// retry_after, 403, 5xx, a server that is down).
+// its held updates (no I/O), and sendMessage against the fake Bot API server (pacing on a manual
+// clock, 429 with retry_after, 403, 5xx, a server that is down).
 #include "channels/telegram/bot_api.hpp"
 #include "channels/telegram/channel.hpp"
 #include "channels/telegram/inbox.hpp"
 #include "tests/fake_telegram.hpp"
 #include "tests/test_util.hpp"
+
+#include <baton/clock.hpp>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/test/unit_test.hpp>
@@ -259,28 +261,46 @@ BOOST_FIXTURE_TEST_CASE(allow_chats_limits_recipients, io_fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(sends_to_one_chat_are_paced, io_fixture) {
+    using std::chrono::milliseconds;
     fake_telegram fake(token);
     {
         auto http = std::make_shared<http_client>(ctx.get_executor());
+        auto c = std::make_shared<manual_clock>();
         auto o = sender_options(fake);
-        o.send_interval = std::chrono::milliseconds(300);
+        o.send_interval = milliseconds(300);
+        o.clock = c;
         auto s = make_sender(http, o);
         auto three = [](std::shared_ptr<outbound_channel> s) -> asio::awaitable<void> {
             co_await s->send(item_for("1", "a"));
             co_await s->send(item_for("2", "b")); // another chat: only the overall gap
             co_await s->send(item_for("1", "c"));
         };
-        run_bounded(ctx, three(s));
+        const auto t0 = c->now();
+        bool done = false;
+        asio::co_spawn(ctx, three(s), [&](std::exception_ptr e) {
+            BOOST_TEST(!e);
+            done = true;
+        });
+        // The first goes at once; the second waits the overall gap (34 ms) after it.
+        BOOST_TEST_REQUIRE(run_until(ctx, [&] { return fake.sent().size() == 1 && c->waiting() == 1; }));
+        BOOST_TEST((c->next_deadline() == t0 + milliseconds(34)));
+        c->advance(milliseconds(33));
+        BOOST_TEST(run_until(ctx, [&] { return c->waiting() == 1; }));
+        BOOST_TEST(fake.sent().size() == 1u);
+        c->advance(milliseconds(1));
+        // The third, to the first chat again, waits its interval (300 ms) after that chat's send.
+        BOOST_TEST_REQUIRE(run_until(ctx, [&] { return fake.sent().size() == 2 && c->waiting() == 1; }));
+        BOOST_TEST((c->next_deadline() == t0 + milliseconds(300)));
+        c->advance_to(t0 + milliseconds(299));
+        BOOST_TEST(run_until(ctx, [&] { return c->waiting() == 1; }));
+        BOOST_TEST(fake.sent().size() == 2u);
+        c->advance(milliseconds(1));
+        BOOST_TEST_REQUIRE(run_until(ctx, [&] { return done; }));
         auto sent = fake.sent();
         BOOST_REQUIRE_EQUAL(sent.size(), 3u);
-        auto ms = [](auto d) {
-            return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-        };
-        // Stamped on arrival at the fake: a few ms of scheduling jitter either way (a CI run saw
-        // a 34 ms gap arrive as 29), never the whole gap. Unpaced, they would be ~1 ms apart.
-        BOOST_TEST(ms(sent[1].at - sent[0].at) >= 15);
-        BOOST_TEST(ms(sent[1].at - sent[0].at) < 250);
-        BOOST_TEST(ms(sent[2].at - sent[0].at) >= 250);
+        BOOST_TEST(sent[0].chat_id == "1");
+        BOOST_TEST(sent[1].chat_id == "2");
+        BOOST_TEST(sent[2].text == "c");
     }
 }
 

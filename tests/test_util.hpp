@@ -1,5 +1,6 @@
-// Test helpers: an io_context fixture that proves no work is left behind, and bounded runs of
-// awaitables (a hung test fails instead of hanging CI).
+// Test helpers: an io_context fixture that proves no work is left behind, bounded runs of
+// awaitables and of handlers (a hung test fails instead of hanging CI) and bounded polls of a
+// condition.
 #pragma once
 
 #include <boost/asio/co_spawn.hpp>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <exception>
 #include <optional>
+#include <thread>
 
 namespace baton::test {
 
@@ -42,6 +44,25 @@ T run_bounded(asio::io_context& ctx, asio::awaitable<T> a, std::chrono::millisec
     BOOST_REQUIRE_MESSAGE(done, "operation did not finish within its bound");
     if (error) std::rethrow_exception(error);
     return std::move(*out);
+}
+
+// Runs ctx's handlers until `done()` holds or `limit` passes; returns done().
+template <class P> bool run_until(asio::io_context& ctx, P done, std::chrono::milliseconds limit = 5s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    ctx.restart();
+    while (!done() && std::chrono::steady_clock::now() < deadline)
+        ctx.run_one_for(std::chrono::milliseconds(5));
+    return done();
+}
+
+// Polls `pred` every 2 ms until it holds or `limit` passes; returns whether it held.
+template <class Pred> bool eventually(Pred pred, std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return true;
 }
 
 inline void run_bounded(asio::io_context& ctx, asio::awaitable<void> a,

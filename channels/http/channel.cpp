@@ -58,12 +58,13 @@ public:
         server_ = std::make_unique<http_server>(
             host.get_executor(), rt, o, [this, &rt] { return ready_.load() && !rt.draining(); },
             websocket_.get());
+        // Bound now, before recovery, as the daemon always has: a client that connects meanwhile
+        // waits in the backlog and is answered once start() accepts.
+        if (auto ec = server_->listen(endpoint_))
+            throw std::runtime_error("cannot listen on " + cfg.server.listen + ": " + ec.message());
     }
 
     asio::awaitable<void> start() override {
-        if (auto ec = server_->listen(endpoint_))
-            throw std::runtime_error("cannot listen on " + endpoint_.address().to_string() + ":" +
-                                     std::to_string(endpoint_.port()) + ": " + ec.message());
         server_->start();
         ready_.store(true);
         co_return;

@@ -5,7 +5,6 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -22,8 +21,8 @@ std::string cursor_name(std::string_view name) {
 }
 
 struct detail::worker {
-    worker(asio::any_io_executor ex, schedule_config c)
-        : strand(asio::make_strand(ex)), timer(strand), cfg(std::move(c)) {
+    worker(asio::any_io_executor ex, const std::shared_ptr<baton::clock>& clock, schedule_config c)
+        : strand(asio::make_strand(ex)), timer(clock, strand), cfg(std::move(c)) {
         when.every_ms = cfg.every_ms;
         if (!cfg.every_ms) {
             auto parsed = parse_cron(cfg.cron);
@@ -31,7 +30,7 @@ struct detail::worker {
         }
     }
     asio::strand<asio::any_io_executor> strand;
-    asio::steady_timer timer; // touched on the strand only
+    baton::timer timer; // touched on the strand only
     schedule_config cfg;
     timing when;
     std::atomic<bool> stopped{false};
@@ -75,7 +74,7 @@ asio::awaitable<void> write_cursor(runtime& rt, const schedule_config& c, time_m
 // Waits until the clock reaches `slot`; false when stopped first.
 asio::awaitable<bool> wait_until(worker& w, const options& o, time_ms slot) {
     while (!w.stopped.load()) {
-        time_ms left = slot - o.now();
+        time_ms left = slot - o.clock->utc_ms();
         if (left <= 0) co_return true;
         w.timer.expires_after(std::min(std::chrono::milliseconds(left), o.max_wait));
         boost::system::error_code ec; // operation_aborted on stop: the loop ends
@@ -123,11 +122,11 @@ asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
     if (!last) {
         // The first start is remembered as if a fire had happened then: restarts before the first
         // slot keep counting from it, and a slot missed while down later is caught up.
-        last = o.now();
+        last = o.clock->utc_ms();
         co_await write_cursor(rt, w->cfg, *last);
     }
     while (!w->stopped.load()) {
-        time_ms now = o.now();
+        time_ms now = o.clock->utc_ms();
         auto slot = next_fire(w->when, last, now);
         if (!slot) {
             log::warn("schedule: never fires", about(w->cfg));
@@ -141,8 +140,8 @@ asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
         if (!co_await wait_until(*w, o, *slot)) co_return;
         // Woken late (a stalled or paused process): the slots that passed meanwhile are this one
         // fire, for the latest of them, as after downtime; firing each would come in a burst.
-        if (auto latest = next_fire(w->when, last, o.now());
-            latest && *latest > *slot && *latest <= o.now())
+        const time_ms woke = o.clock->utc_ms();
+        if (auto latest = next_fire(w->when, last, woke); latest && *latest > *slot && *latest <= woke)
             slot = latest;
         co_await fire(rt, w->cfg, *slot);
         last = slot;
@@ -154,8 +153,9 @@ asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
 channel::channel(asio::any_io_executor ex, runtime& rt, std::vector<schedule_config> schedules,
                  options o)
     : rt_(rt), opts_(std::move(o)) {
+    if (!opts_.clock) opts_.clock = system_clock();
     for (auto& s : schedules)
-        workers_.push_back(std::make_shared<worker>(ex, std::move(s)));
+        workers_.push_back(std::make_shared<worker>(ex, opts_.clock, std::move(s)));
 }
 
 channel::~channel() {

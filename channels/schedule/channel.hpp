@@ -7,12 +7,12 @@
 
 #include "channels/schedule/next_fire.hpp"
 
+#include <baton/clock.hpp>
 #include <baton/config.hpp>
 #include <baton/runtime.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,8 +20,8 @@
 namespace baton::schedule {
 
 struct options {
-    // The wall clock (UTC ms); tests inject another.
-    std::function<time_ms()> now = now_ms;
+    // Slots are read on its UTC time and waited for on its timers; tests pass a manual_clock.
+    std::shared_ptr<baton::clock> clock = system_clock();
     // The longest single timer wait: the clock is read again after it, so a wall clock that jumps
     // is followed within this.
     std::chrono::milliseconds max_wait{std::chrono::seconds(30)};

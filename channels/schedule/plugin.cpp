@@ -9,8 +9,10 @@ class schedule_plugin final : public channel {
 public:
     std::string_view name() const override { return "schedule"; }
     void attach(channel_host& host) override {
+        schedule::options o;
+        o.clock = host.runtime().clock();
         schedules_ = std::make_unique<schedule::channel>(host.get_executor(), host.runtime(),
-                                                         host.config().channels.schedules);
+                                                         host.config().channels.schedules, o);
     }
     // After recovery, so that a catch-up fire queues behind the turns an earlier process left.
     asio::awaitable<void> start() override {

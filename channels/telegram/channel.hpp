@@ -4,6 +4,7 @@
 // (an `outbound_channel` for the delivery workers) posts sendMessage, paced per chat and overall.
 #pragma once
 
+#include <baton/clock.hpp>
 #include <baton/config.hpp>
 #include <baton/delivery.hpp>
 #include <baton/http_client.hpp>
@@ -32,6 +33,8 @@ struct options {
     std::chrono::milliseconds send_gap{34};        // between any two sends: about 30 per second
     std::chrono::milliseconds send_timeout{15000};
     std::chrono::milliseconds backoff_min{1000}, backoff_max{30000}; // getUpdates failing
+    // The debounce, the backoff and the send pacing run on it; tests pass a manual_clock.
+    std::shared_ptr<baton::clock> clock = system_clock();
 };
 
 // The options of channels.telegram, with the token read from its environment variable. Nullopt

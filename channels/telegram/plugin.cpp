@@ -16,6 +16,7 @@ public:
         std::string why;
         auto o = telegram::options_from(host.config().channels, why);
         if (!o) throw std::invalid_argument(why);
+        o->clock = host.runtime().clock();
         host.add_outbound(telegram::make_sender(http_, *o));
         poller_ = std::make_unique<telegram::poller>(host.get_executor(), host.runtime(), http_, *o);
     }

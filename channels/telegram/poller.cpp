@@ -22,7 +22,7 @@ namespace baton::telegram {
 
 namespace {
 
-using clock = std::chrono::steady_clock;
+using time_point = baton::clock::time_point;
 using std::chrono::milliseconds;
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 const std::string offset_cursor = "telegram.offset";
@@ -35,9 +35,10 @@ template <class T> asio::awaitable<T> uncancellable(asio::awaitable<T> a) {
         ex, std::move(a), asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
 }
 
-asio::awaitable<void> sleep_until(clock::time_point t) {
-    asio::steady_timer timer(co_await asio::this_coro::executor, t);
-    co_await timer.async_wait(use_tuple);
+// Cancellation: terminal and partial end it early.
+asio::awaitable<void> sleep_until(std::shared_ptr<baton::clock> c, time_point t) {
+    baton::timer wait(std::move(c), co_await asio::this_coro::executor, t);
+    co_await wait.async_wait(use_tuple);
 }
 
 json::object metadata_of(const ready_message& m) {
@@ -67,7 +68,9 @@ struct poller::impl : std::enable_shared_from_this<impl> {
     impl(asio::any_io_executor ex, runtime& r, std::shared_ptr<http_client> h, options o)
         : strand(asio::make_strand(ex)), rt(r), http(std::move(h)), opts(std::move(o)),
           bot(bot_id(opts.token)), url(method_url(opts.api_base, opts.token, "getUpdates")),
-          box(opts.debounce), done(strand, clock::time_point::max()) {}
+          box(opts.debounce), done(strand, time_point::max()) {
+        if (!opts.clock) opts.clock = system_clock();
+    }
 
     asio::strand<asio::any_io_executor> strand;
     runtime& rt;
@@ -149,15 +152,15 @@ asio::awaitable<void> poller::impl::run() {
     // Cancellation (stop) ends the wait in progress; the loop then sees `stopping`.
     co_await asio::this_coro::throw_if_cancelled(false);
     log::info("telegram: polling", {{"agent", opts.agent}, {"debounce_ms", opts.debounce.count()}});
-    clock::time_point retry_at{};
+    time_point retry_at{};
     while (!stopping) {
-        if (clock::now() < retry_at) {
+        if (opts.clock->now() < retry_at) {
             auto until = retry_at;
             if (auto d = box.next_deadline(); d && !reload) until = std::min(until, *d);
-            co_await sleep_until(until);
+            co_await sleep_until(opts.clock, until);
             if (!reload && !stopping && !co_await uncancellable(flush_due())) {
                 reload = true;
-                retry_at = clock::now() + next_backoff();
+                retry_at = opts.clock->now() + next_backoff();
             }
             continue;
         }
@@ -169,7 +172,7 @@ asio::awaitable<void> poller::impl::run() {
             reload = true;
             failed = next_backoff();
         }
-        if (failed) retry_at = clock::now() + *failed;
+        if (failed) retry_at = opts.clock->now() + *failed;
     }
     log::info("telegram: stopped polling");
 }
@@ -221,7 +224,7 @@ asio::awaitable<bool> poller::impl::recover() {
 }
 
 asio::awaitable<bool> poller::impl::flush_due() {
-    auto ready = box.due(clock::now());
+    auto ready = box.due(opts.clock->now());
     if (ready.empty()) co_return true;
     for (const auto& m : ready)
         if (!co_await admit(m)) co_return false;
@@ -253,7 +256,7 @@ asio::awaitable<std::optional<poll_result>> poller::impl::fetch() {
     using namespace asio::experimental::awaitable_operators;
     auto deadline = box.next_deadline();
     if (!deadline) co_return co_await get_updates();
-    auto r = co_await (get_updates() || sleep_until(*deadline));
+    auto r = co_await (get_updates() || sleep_until(opts.clock, *deadline));
     if (r.index() == 0) co_return std::get<0>(std::move(r));
     co_return std::nullopt;
 }
@@ -286,7 +289,7 @@ asio::awaitable<std::optional<milliseconds>> poller::impl::handle(poll_result r)
 // Admits the batch's messages in order, then makes the new offset and the held updates durable
 // together. False when a message could not be stored (the caller goes back to the durable state).
 asio::awaitable<bool> poller::impl::process(poll_result r) {
-    auto now = clock::now();
+    auto now = opts.clock->now();
     std::int64_t next = std::max(offset, r.next_offset);
     for (auto& u : r.updates) {
         if (u.update_id < offset) continue; // handled before

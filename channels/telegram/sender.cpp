@@ -3,7 +3,6 @@
 
 #include <baton/log.hpp>
 
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
@@ -16,13 +15,15 @@ namespace baton::telegram {
 
 namespace {
 
-using clock = std::chrono::steady_clock;
+using time_point = baton::clock::time_point;
 
 class sender final : public outbound_channel {
 public:
     sender(std::shared_ptr<http_client> http, options o)
         : http_(std::move(http)), opts_(std::move(o)),
-          url_(method_url(opts_.api_base, opts_.token, "sendMessage")) {}
+          url_(method_url(opts_.api_base, opts_.token, "sendMessage")) {
+        if (!opts_.clock) opts_.clock = system_clock();
+    }
 
     std::string_view name() const override { return "telegram"; }
 
@@ -41,8 +42,8 @@ public:
     // operation_aborted (the item stays `sending`; a restart sends it again as uncertain).
     asio::awaitable<send_outcome> send(const outbox_item& item) override {
         auto slot = reserve(item.recipient);
-        if (slot > clock::now()) {
-            asio::steady_timer pause(co_await asio::this_coro::executor, slot);
+        if (slot > opts_.clock->now()) {
+            baton::timer pause(opts_.clock, co_await asio::this_coro::executor, slot);
             co_await pause.async_wait(asio::use_awaitable);
         }
         // Named first: GCC 12 cannot keep an initializer list alive across a co_await.
@@ -67,9 +68,9 @@ public:
 private:
     // The earliest time this send may start: send_interval after the chat's last send, send_gap
     // after anyone's. Taken at once, so concurrent sends queue up behind each other.
-    clock::time_point reserve(const std::string& chat) {
+    time_point reserve(const std::string& chat) {
         std::lock_guard lock(mutex_);
-        auto now = clock::now();
+        auto now = opts_.clock->now();
         auto at = std::max(now, last_any_ + opts_.send_gap);
         if (auto it = last_.find(chat); it != last_.end())
             at = std::max(at, it->second + opts_.send_interval);
@@ -85,8 +86,8 @@ private:
     options opts_;
     std::string url_;
     std::mutex mutex_;
-    std::unordered_map<std::string, clock::time_point> last_;
-    clock::time_point last_any_{};
+    std::unordered_map<std::string, time_point> last_;
+    time_point last_any_{};
 };
 
 } // namespace

@@ -14,8 +14,9 @@
 namespace baton {
 
 // HTTP API, SSE, the web chat page and, when config.channels.ws_enabled, the WebSocket channel,
-// on config.server.listen (docs/api.md). start() binds and listens; it fails when the address
-// cannot be bound. /readyz is 200 once started and until stopped.
+// on config.server.listen (docs/api.md). attach() binds the address (before recovery; it throws
+// when the address cannot be bound, which fails async_start); start() accepts. /readyz is 200
+// once started and until stopped.
 class http_channel : public channel {
 public:
     // The address it listens on, once started (port 0 in the config picks a free one).

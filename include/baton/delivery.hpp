@@ -8,6 +8,7 @@
 // not push (clients ack), so it keeps its own dispatch hook.
 #pragma once
 
+#include <baton/clock.hpp>
 #include <baton/framework.hpp>
 #include <baton/runtime.hpp>
 #include <baton/types.hpp>
@@ -85,6 +86,8 @@ std::vector<std::string> split_chunks(std::string_view text, std::size_t max_cha
 
 struct delivery_options {
     retry_policy retry;
+    // Backoffs are measured (next_attempt_at, UTC ms) and waited out on it.
+    std::shared_ptr<baton::clock> clock = system_clock();
 };
 
 class delivery {

@@ -177,7 +177,8 @@ struct plugin {
     hook<asio::awaitable<tool_decision>(turn_context&, const tool_call&)> before_tool_call;
     hook<asio::awaitable<void>(turn_context&, const tool_call&, tool_result&)> after_tool_call;
     // Idle compaction of one session (the runtime calls it in the session's queue, never beside
-    // a turn, after on_compaction_due asked for it); every implementation runs.
+    // a turn, after on_compaction_due asked for it); every implementation runs
+    // until one throws (the rest are skipped; the runtime logs the failure).
     hook<asio::awaitable<void>(framework&, const baton::agent&, const std::string& session_id)>
         compact_idle;
     // True for make_default_plugin's hooks (<baton/pipeline.hpp>), which hand the session's

@@ -4,6 +4,7 @@
 // that takes the next message only after the previous turn has finished. Sessions run in parallel.
 #pragma once
 
+#include <baton/clock.hpp>
 #include <baton/errors.hpp>
 #include <baton/events.hpp>
 #include <baton/framework.hpp>
@@ -46,6 +47,12 @@ struct accept_request {
 
 using accept_result = std::variant<accepted, api_error>;
 
+struct runtime_options {
+    event_hub_options events;
+    // What idle compaction waits on; channels built on this runtime take it too (clock()).
+    std::shared_ptr<baton::clock> clock = system_clock();
+};
+
 struct session_view {
     session_record record;
     bool busy = false;
@@ -56,6 +63,7 @@ class runtime {
 public:
     // `ex` runs the session actors (an io_context's executor; its threads run sessions in parallel).
     runtime(asio::any_io_executor ex, framework& fw, event_hub_options events = {});
+    runtime(asio::any_io_executor ex, framework& fw, runtime_options o);
     ~runtime();
     runtime(const runtime&) = delete;
     runtime& operator=(const runtime&) = delete;
@@ -122,6 +130,8 @@ public:
     void on_turn_finished(std::function<void(const turn_record&)> f);
 
     framework& fw() { return fw_; }
+    // The clock of its timers (runtime_options::clock); never null.
+    const std::shared_ptr<baton::clock>& clock() const;
     // The turns' live events (SSE, WebSocket, terminal chat read them here).
     event_hub& events();
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <baton/channel.hpp>
+#include <baton/clock.hpp>
 #include <baton/config.hpp>
 #include <baton/detail/async.hpp>
 #include <baton/errors.hpp>
@@ -43,6 +44,9 @@ struct service_options {
     // How long async_stop() lets running turns finish, and then the outbox's sends in flight.
     std::chrono::milliseconds drain_grace{10000};
     std::chrono::milliseconds delivery_grace{5000};
+    // What the timers that decide behaviour run on: schedules, the Telegram debounce and
+    // backoff, outbox retries, idle compaction (runtime::clock()). Tests pass a manual_clock.
+    std::shared_ptr<baton::clock> clock = system_clock();
 };
 
 // One of a turn's events, as a subscription hands it over.
@@ -84,7 +88,8 @@ public:
     // (items left `sending` go out again `uncertain`) and the turns an earlier process left,
     // then starts the schedules, the HTTP listener and the channels, in that order.
     // Handler: void(error_code). Errors: errc::invalid_config (with diagnostics), errc::internal_error
-    // (recovery failed, the listener could not bind). Cancellation: none.
+    // (recovery failed, the listener could not bind). Cancellation: none. After a failure, call
+    // async_stop() to stop what had started (a channel, recovered turns).
     template <class Token> auto async_start(Token&& token) {
         return detail::async_run<detail::nothing>(get_executor(), start(nullptr), std::forward<Token>(token));
     }
@@ -115,13 +120,15 @@ public:
                                            std::forward<Token>(token));
     }
     // Completes once the turn has ended (completed, failed, stopped, ...) with its final record,
-    // or at once when it already has. Handler: void(error_code, turn_record). Errors: not_found.
+    // or at once when it already has. Handler: void(error_code, turn_record). Errors: not_found;
+    // draining when the service stops before the turn ends; internal_error (the store failed).
     // Cancellation: terminal and partial; the wait ends with operation_aborted and the turn goes on.
     template <class Token> auto async_wait_turn(std::string turn_id, Token&& token) {
         return detail::async_run<turn_record>(new_strand(), wait_turn(std::move(turn_id)),
                                               std::forward<Token>(token));
     }
-    // The turn's record as it stands. Handler: void(error_code, turn_record). Errors: not_found.
+    // The turn's record as it stands. Handler: void(error_code, turn_record). Errors: not_found,
+    // internal_error (the store failed).
     // Cancellation: none.
     template <class Token> auto async_get_turn(std::string turn_id, Token&& token) {
         return detail::async_run<turn_record>(get_executor(), get_turn(std::move(turn_id)),

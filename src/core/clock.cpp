@@ -87,7 +87,11 @@ std::size_t timer::cancel() {
 struct manual_clock::state {
     // A pending wait. `done` (under the mutex) makes completion and cancellation exclusive.
     struct op {
-        const void* owner = nullptr; // its timer
+        // Moved in at construction: Boost 1.81's any_completion_handler move-assignment recurses
+        // without end (it wraps the source in a new handler instead of taking it).
+        op(const void* o, detail::wait_handler h, asio::any_io_executor w)
+            : owner(o), handler(std::move(h)), work(std::move(w)) {}
+        const void* owner; // its timer
         detail::wait_handler handler;
         asio::any_io_executor work; // the timer's executor, tracking work while the wait pends
         bool done = false;
@@ -178,10 +182,8 @@ public:
 
     void async_wait(detail::wait_handler h) override {
         auto slot = asio::get_associated_cancellation_slot(h);
-        auto o = std::make_shared<manual_state::op>();
-        o->owner = this;
-        o->handler = std::move(h);
-        o->work = asio::prefer(ex_, asio::execution::outstanding_work.tracked);
+        auto o = std::make_shared<manual_state::op>(
+            this, std::move(h), asio::prefer(ex_, asio::execution::outstanding_work.tracked));
         {
             std::lock_guard lock(st_->mutex);
             if (expiry_ > st_->now) {

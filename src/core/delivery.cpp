@@ -100,12 +100,14 @@ namespace {
 // One channel's workers. Everything but the channel itself lives on the strand.
 struct lane : std::enable_shared_from_this<lane> {
     lane(asio::any_io_executor ex, std::shared_ptr<outbound_channel> c, store_runner& db,
-         const retry_policy& r)
-        : ch(std::move(c)), strand(detail::make_thin_strand(ex)), timer(strand), db(db), retry(r) {}
+         const retry_policy& r, std::shared_ptr<baton::clock> clk)
+        : ch(std::move(c)), strand(detail::make_thin_strand(ex)), clock(std::move(clk)),
+          timer(clock, strand), db(db), retry(r) {}
 
     std::shared_ptr<outbound_channel> ch;
     asio::any_io_executor strand; // detail::make_thin_strand
-    asio::steady_timer timer;
+    std::shared_ptr<baton::clock> clock;
+    baton::timer timer;
     store_runner& db;
     const retry_policy retry;
 
@@ -134,7 +136,7 @@ struct lane : std::enable_shared_from_this<lane> {
 
     void schedule_head(const std::string& qk) {
         const auto& head = queues.at(qk).front();
-        if (head.next_attempt_at > now_ms()) {
+        if (head.next_attempt_at > clock->utc_ms()) {
             waiting.emplace(head.next_attempt_at, qk);
             arm();
         } else {
@@ -158,14 +160,14 @@ struct lane : std::enable_shared_from_this<lane> {
         auto first = waiting.begin()->first;
         if (armed_for != 0 && armed_for <= first) return;
         armed_for = first;
-        timer.expires_after(milliseconds(std::max<time_ms>(0, first - now_ms())));
+        timer.expires_after(milliseconds(std::max<time_ms>(0, first - clock->utc_ms())));
         // Weak: a pending wait must not keep the lane (and so this timer) alive into the
         // io_context's destruction.
         timer.async_wait([weak = weak_from_this(), first](boost::system::error_code ec) {
             auto self = weak.lock();
             if (ec || !self || self->armed_for != first) return; // replaced, or stopped
             self->armed_for = 0;
-            auto now = now_ms();
+            auto now = self->clock->utc_ms();
             while (!self->waiting.empty() && self->waiting.begin()->first <= now) {
                 self->runnable.push_back(self->waiting.begin()->second);
                 self->waiting.erase(self->waiting.begin());
@@ -193,7 +195,7 @@ struct lane : std::enable_shared_from_this<lane> {
             next = item;
             next.status = outbox_status::pending;
             next.attempts -= 1;
-            next.next_attempt_at = now_ms() + 1000;
+            next.next_attempt_at = clock->utc_ms() + 1000;
         } else {
             send_outcome outcome;
             try {
@@ -201,7 +203,7 @@ struct lane : std::enable_shared_from_this<lane> {
             } catch (const std::exception& e) {
                 outcome = send_outcome::again(e.what());
             }
-            next = after_attempt(item, outcome, now_ms(), retry);
+            next = after_attempt(item, outcome, clock->utc_ms(), retry);
             if (next.status == outbox_status::failed)
                 log::warn("delivery failed", {{"key", next.key},
                                               {"channel", next.channel},
@@ -247,7 +249,9 @@ asio::awaitable<std::size_t> active_sends(std::shared_ptr<lane> l) {
 
 struct delivery::impl {
     impl(asio::any_io_executor e, runtime& r, delivery_options o)
-        : ex(std::move(e)), rt(r), opts(std::move(o)) {}
+        : ex(std::move(e)), rt(r), opts(std::move(o)) {
+        if (!opts.clock) opts.clock = system_clock();
+    }
     asio::any_io_executor ex;
     runtime& rt;
     delivery_options opts;
@@ -268,7 +272,8 @@ delivery::~delivery() = default;
 
 void delivery::add_channel(std::shared_ptr<outbound_channel> ch) {
     std::string name(ch->name());
-    auto l = std::make_shared<lane>(impl_->ex, ch, impl_->rt.fw().db(), impl_->opts.retry);
+    auto l =
+        std::make_shared<lane>(impl_->ex, ch, impl_->rt.fw().db(), impl_->opts.retry, impl_->opts.clock);
     impl_->lanes[name] = l;
     impl_->rt.add_route(name, [ch](std::string_view to) { return ch->check_recipient(to); });
 }

@@ -10,7 +10,9 @@
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
@@ -46,11 +48,13 @@ struct running_turn {
 } // namespace
 
 struct runtime::impl {
-    impl(asio::any_io_executor e, runtime& r, event_hub_options o)
-        : ex(std::move(e)), rt(r), actors(ex), hub(o) {}
+    impl(asio::any_io_executor e, runtime& r, runtime_options o)
+        : ex(std::move(e)), rt(r), clk(o.clock ? std::move(o.clock) : system_clock()), actors(ex),
+          hub(o.events) {}
 
     asio::any_io_executor ex;
     runtime& rt;
+    std::shared_ptr<baton::clock> clk;
     detail::actor_registry actors;
     detail::turn_cache turns;
     event_hub hub;
@@ -83,13 +87,17 @@ struct runtime::impl {
 
     // Idle compaction: sessions whose window is worth compacting, each due once it has been
     // idle long enough. One timer loop serves them all while any is due.
-    using clock = std::chrono::steady_clock;
+    using time_point = baton::clock::time_point;
     struct idle_session {
         std::string session_id;
         std::string agent;
     };
     std::mutex idle_mutex;
-    using idle_queue = std::multimap<clock::time_point, idle_session>;
+    // The loop runs on its strand; a drain cancels its wait there (idle_wait: the loop's timer
+    // while it runs), so that the loop ends at once.
+    asio::any_io_executor idle_strand = asio::make_strand(ex);
+    baton::timer* idle_wait = nullptr;
+    using idle_queue = std::multimap<time_point, idle_session>;
     idle_queue idle_due;
     std::unordered_map<std::string, idle_queue::iterator> idle_index; // each session's one entry
     bool idle_loop_running = false;
@@ -99,7 +107,10 @@ struct runtime::impl {
 };
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options events)
-    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, events)) {
+    : runtime(std::move(ex), fw, runtime_options{events, system_clock()}) {}
+
+runtime::runtime(asio::any_io_executor ex, framework& fw, runtime_options o)
+    : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, std::move(o))) {
     fw_.on_compaction_due = [i = impl_.get()](const std::string& sid, const std::string& agent,
                                               std::chrono::milliseconds after) {
         i->compaction_due(sid, agent, after);
@@ -108,6 +119,10 @@ runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options even
 
 event_hub& runtime::events() {
     return impl_->hub;
+}
+
+const std::shared_ptr<baton::clock>& runtime::clock() const {
+    return impl_->clk;
 }
 
 runtime::~runtime() {
@@ -225,7 +240,7 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
 
 void runtime::impl::compaction_due(const std::string& sid, const std::string& agent,
                                    std::chrono::milliseconds after) {
-    auto due = clock::now() + after;
+    auto due = clk->now() + after;
     {
         std::lock_guard lock(idle_mutex);
         // A session is due once: a later turn moves its due.
@@ -236,18 +251,22 @@ void runtime::impl::compaction_due(const std::string& sid, const std::string& ag
         idle_loop_running = true;
     }
     // Outside the lock: co_spawn may start the loop right here.
-    asio::co_spawn(ex, idle_loop(), log::spawn_logger{"idle compaction"});
+    asio::co_spawn(idle_strand, idle_loop(), log::spawn_logger{"idle compaction"});
 }
 
 asio::awaitable<void> runtime::impl::idle_loop() {
-    asio::steady_timer timer(ex);
+    baton::timer timer(clk, idle_strand);
+    struct published {
+        baton::timer*& at;
+        ~published() { at = nullptr; }
+    } guard{idle_wait = &timer};
     for (;;) {
         std::vector<idle_session> ready;
         bool stop = false;
-        auto wake = clock::now() + std::chrono::milliseconds(200);
+        auto wake = clk->now() + std::chrono::milliseconds(200);
         {
             std::lock_guard lock(idle_mutex);
-            auto now = clock::now();
+            auto now = clk->now();
             while (!idle_due.empty() && idle_due.begin()->first <= now) {
                 auto node = idle_due.extract(idle_due.begin());
                 idle_index.erase(node.mapped().session_id);
@@ -267,8 +286,10 @@ asio::awaitable<void> runtime::impl::idle_loop() {
             if (auto a = actors.queue_compaction(s.session_id, s.agent)) kick(a);
         }
         if (stop) co_return;
-        timer.expires_at(std::max(wake, clock::now() + std::chrono::milliseconds(5)));
-        co_await timer.async_wait(asio::use_awaitable);
+        // Later than now: everything due by now was taken above.
+        timer.expires_at(wake);
+        boost::system::error_code ec; // operation_aborted: a drain began, seen above
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
     }
 }
 
@@ -678,6 +699,9 @@ asio::awaitable<std::size_t> runtime::recover() {
 
 asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
     draining_.store(true);
+    asio::post(impl_->idle_strand, [i = impl_.get()] {
+        if (i->idle_wait) i->idle_wait->cancel();
+    });
     // Shutdown only: a short poll keeps this free of cross-thread timer races.
     asio::steady_timer timer(co_await asio::this_coro::executor);
     auto deadline = std::chrono::steady_clock::now() + grace;

@@ -76,6 +76,7 @@ struct service::impl : channel_host {
     asio::any_io_executor ex;
     service_options opts;
     std::string init_error; // what the constructor could not build
+    errc init_errc = errc::internal_error;
     std::unique_ptr<store_runner> db;
     std::unique_ptr<baton::framework> fw;
     std::shared_ptr<http_client> http;
@@ -83,7 +84,6 @@ struct service::impl : channel_host {
     std::unique_ptr<delivery> outbox;
     std::vector<std::shared_ptr<channel>> channels;
     std::shared_ptr<http_channel> http_ch;
-    std::vector<plugin> plugins_after; // channels' hooks, registered in attach order
     enum class phase { built, starting, running, stopping, stopped } state = phase::built;
 
     std::mutex waiters_mutex;
@@ -125,7 +125,7 @@ service::service(asio::any_io_executor ex, service_options opts)
         i.db = std::make_unique<store_runner>(open_store(cfg));
     } catch (const std::exception& e) {
         // A framework over an empty memory store keeps the members usable; start() refuses.
-        i.init_error = std::string("storage: ") + e.what();
+        i.init_error = e.what();
         i.db = std::make_unique<store_runner>(make_memory_store());
     }
     i.fw = std::make_unique<baton::framework>(*i.db);
@@ -135,25 +135,28 @@ service::service(asio::any_io_executor ex, service_options opts)
         try {
             i.fw->add_agent(agent{a, make_model(i.ex, a, i.http)});
         } catch (const std::exception& e) {
-            if (i.init_error.empty()) i.init_error = e.what();
+            if (i.init_error.empty()) i.init_error = e.what(), i.init_errc = errc::invalid_config;
         }
     }
     for (auto& [name, t] : cfg.tools)
         i.fw->tools().add(make_http_tool(name, t, i.http));
-    event_hub_options events;
-    events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
-    i.rt = std::make_unique<baton::runtime>(i.ex, *i.fw, events);
+    runtime_options ro;
+    ro.events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
+    ro.clock = i.opts.clock;
+    i.rt = std::make_unique<baton::runtime>(i.ex, *i.fw, ro);
     i.rt->on_turn_finished([p = impl_.get()](const turn_record& rec) { p->turn_finished(rec); });
-    i.outbox = std::make_unique<delivery>(i.ex, *i.rt);
+    delivery_options delivery_opts;
+    delivery_opts.clock = i.rt->clock();
+    i.outbox = std::make_unique<delivery>(i.ex, *i.rt, delivery_opts);
     // The channels the config enables, in the order they start.
-    if (!i.opts.channels) return;
-    if (!cfg.channels.schedules.empty()) add_channel(make_schedule_channel());
+    bool others = i.opts.channels;
+    if (others && !cfg.channels.schedules.empty()) add_channel(make_schedule_channel());
     if (i.opts.http) {
         i.http_ch = make_http_channel();
         add_channel(i.http_ch);
     }
-    if (!cfg.channels.webhook_targets.empty()) add_channel(make_webhook_channel(i.http));
-    if (cfg.channels.telegram_token_env) add_channel(make_telegram_channel(i.http));
+    if (others && !cfg.channels.webhook_targets.empty()) add_channel(make_webhook_channel(i.http));
+    if (others && cfg.channels.telegram_token_env) add_channel(make_telegram_channel(i.http));
 }
 
 // The members go in reverse: channels, delivery, runtime, framework, then the store runner (its
@@ -200,7 +203,9 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     if (diag) diag->clear();
     if (i.state != impl::phase::built)
         co_return failure<nothing>(errc::invalid_request, "the service was started already", diag);
-    if (!i.init_error.empty()) co_return failure<nothing>(errc::invalid_config, i.init_error, diag);
+    // A store that cannot be opened: internal_error (`baton serve` exits 1, as it always has); a
+    // model client the config cannot make: invalid_config.
+    if (!i.init_error.empty()) co_return failure<nothing>(i.init_errc, i.init_error, diag);
     const auto& cfg = i.opts.config;
     if (!cfg.server.tokens.empty())
         co_return failure<nothing>(errc::invalid_config,
@@ -229,11 +234,10 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
             co_await c->start();
         }
     } catch (const std::invalid_argument& e) {
-        i.state = impl::phase::stopped;
+        // The state stays `starting`: async_stop() stops what had started.
         co_return failure<nothing>(errc::invalid_config, step + ": " + e.what(), diag);
     } catch (const std::exception& e) {
         log::error("start failed", {{"step", step}, {"error", e.what()}});
-        i.state = impl::phase::stopped;
         co_return failure<nothing>(errc::internal_error, step + ": " + e.what(), diag);
     }
     i.state = impl::phase::running;
@@ -285,8 +289,15 @@ asio::awaitable<outcome<accepted>> service::submit(accept_request m, diagnostics
     co_return failure<accepted>(e.code, std::move(e.message), diag);
 }
 
+// A store that fails (a full disk, an I/O error) is an expected failure: internal_error.
 asio::awaitable<outcome<turn_record>> service::get_turn(std::string turn_id) {
-    auto rec = co_await impl_->rt->get_turn(std::move(turn_id));
+    std::optional<turn_record> rec;
+    try {
+        rec = co_await impl_->rt->get_turn(std::move(turn_id));
+    } catch (const std::exception& e) {
+        log::error("store call failed", {{"error", e.what()}});
+        co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
+    }
     if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
     co_return outcome<turn_record>{{}, std::move(*rec)};
 }
@@ -311,7 +322,14 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
             }
     };
     // Registered first, then read: an end between the two is not missed.
-    auto rec = co_await impl_->rt->get_turn(turn_id);
+    std::optional<turn_record> rec;
+    try {
+        rec = co_await impl_->rt->get_turn(turn_id);
+    } catch (const std::exception& e) {
+        log::error("store call failed", {{"error", e.what()}});
+        unregister();
+        co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
+    }
     if (!rec || is_terminal(rec->status)) {
         unregister();
         if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
@@ -334,15 +352,26 @@ asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(std::string
                                                                       std::size_t limit) {
     using out = outcome<std::vector<tape_entry>>;
     if (limit < 1 || limit > 1000) co_return out{make_error_code(errc::invalid_request), {}};
-    auto session = co_await impl_->rt->get_session(session_id);
-    if (!session) co_return out{make_error_code(errc::not_found), {}};
-    // Awaited first, then put in the braces: GCC 12 mishandles a co_await inside a braced init.
-    auto entries = co_await impl_->rt->read_tape(std::move(session_id), after, limit);
+    std::vector<tape_entry> entries;
+    try {
+        auto session = co_await impl_->rt->get_session(session_id);
+        if (!session) co_return out{make_error_code(errc::not_found), {}};
+        entries = co_await impl_->rt->read_tape(std::move(session_id), after, limit);
+    } catch (const std::exception& e) {
+        log::error("store call failed", {{"error", e.what()}});
+        co_return out{make_error_code(errc::internal_error), {}};
+    }
     co_return out{{}, std::move(entries)};
 }
 
 asio::awaitable<outcome<nothing>> service::cancel(std::string turn_id) {
-    auto e = co_await impl_->rt->cancel(std::move(turn_id));
+    std::optional<api_error> e;
+    try {
+        e = co_await impl_->rt->cancel(std::move(turn_id));
+    } catch (const std::exception& ex) {
+        log::error("store call failed", {{"error", ex.what()}});
+        co_return outcome<nothing>{make_error_code(errc::internal_error), {}};
+    }
     if (e) co_return outcome<nothing>{make_error_code(e->code), {}};
     co_return outcome<nothing>{};
 }
