@@ -78,8 +78,13 @@ int run_daemon(const serve_options& opts) {
     std::vector<std::thread> pool;
     for (unsigned i = 0; i < threads; ++i)
         pool.emplace_back([&] { ioc.run(); });
+    // Without the guard, run() returns once what the stopped service left (a cancelled timer
+    // loop finishing, a connection closing) has run; 2 s at most, then the rest is dropped. The
+    // io_context must not destroy a suspended coroutine after the service that it points into.
     auto stop_threads = [&] {
         work.reset();
+        for (int i = 0; i < 200 && !ioc.stopped(); ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         ioc.stop();
         for (auto& t : pool)
             t.join();
