@@ -8,15 +8,7 @@ set -euo pipefail
 old=$1
 new=$2
 rounds=${3:-5}
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/common.sh"
 
 wait_url() {
     timeout 20 bash -c "until grep -q '^listening on ' '$1'; do sleep 0.05; done"

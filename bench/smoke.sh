@@ -6,16 +6,7 @@
 set -euo pipefail
 bench=$1
 cli=$2
-work=$(mktemp -d)
-pids=()
-
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$work"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/common.sh"
 
 fail() {
     echo "bench smoke: $*" >&2

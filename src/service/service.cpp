@@ -96,6 +96,17 @@ struct service::impl : channel_host {
     void add_plugin(plugin p) override { fw->register_plugin(std::move(p)); }
     void add_outbound(std::shared_ptr<outbound_channel> c) override { outbox->add_channel(std::move(c)); }
 
+    // stop() or close() on every channel; one that fails is logged and the others go on.
+    asio::awaitable<void> each_channel(asio::awaitable<void> (channel::*step)(), const char* failed) {
+        for (auto& c : channels) {
+            try {
+                co_await ((*c).*step)();
+            } catch (const std::exception& e) {
+                log::error(failed, {{"channel", std::string(c->name())}, {"error", e.what()}});
+            }
+        }
+    }
+
     void turn_finished(const turn_record& rec) {
         std::lock_guard lock(waiters_mutex);
         auto [b, e] = waiters.equal_range(rec.turn_id);
@@ -252,25 +263,13 @@ asio::awaitable<outcome<nothing>> service::stop() {
     }
     i.state = impl::phase::stopping;
     log::info("draining", {{"running_turns", i.rt->running_turns()}});
-    for (auto& c : i.channels) {
-        try {
-            co_await c->stop();
-        } catch (const std::exception& e) {
-            log::error("stopping a channel failed", {{"channel", std::string(c->name())}, {"error", e.what()}});
-        }
-    }
+    co_await i.each_channel(&channel::stop, "stopping a channel failed");
     try {
         co_await i.rt->drain(i.opts.drain_grace);
     } catch (const std::exception& e) {
         log::error("drain failed", {{"error", e.what()}});
     }
-    for (auto& c : i.channels) {
-        try {
-            co_await c->close();
-        } catch (const std::exception& e) {
-            log::error("closing a channel failed", {{"channel", std::string(c->name())}, {"error", e.what()}});
-        }
-    }
+    co_await i.each_channel(&channel::close, "closing a channel failed");
     try {
         co_await i.outbox->stop(i.opts.delivery_grace);
     } catch (const std::exception& e) {
