@@ -342,4 +342,60 @@ BOOST_FIXTURE_TEST_CASE(a_channel_of_ones_own_lives_with_the_service, service_fi
     std::filesystem::remove_all(dir);
 }
 
+namespace {
+// Records its life in a shared list; throws from attach or start when told to.
+struct failing_channel : channel {
+    failing_channel(std::string n, std::string fail, std::vector<std::string>& log)
+        : name_(std::move(n)), fail_(std::move(fail)), log_(log) {}
+    std::string name_, fail_;
+    std::vector<std::string>& log_;
+    std::string_view name() const override { return name_; }
+    void step(const char* what) {
+        log_.push_back(name_ + "." + what);
+        if (fail_ == what) throw std::invalid_argument(name_ + " cannot " + what);
+    }
+    void attach(channel_host&) override { step("attach"); }
+    asio::awaitable<void> start() override {
+        step("start");
+        co_return;
+    }
+    asio::awaitable<void> stop() override {
+        step("stop");
+        co_return;
+    }
+    asio::awaitable<void> close() override {
+        step("close");
+        co_return;
+    }
+};
+} // namespace
+
+// A start that fails part way is stopped as far as it went: a channel is stopped only if it was
+// started, closed only if it was attached; one never attached is left alone.
+BOOST_FIXTURE_TEST_CASE(a_failed_start_is_stopped_as_far_as_it_went, service_fixture) {
+    for (std::string fail : {"attach", "start"}) {
+        std::vector<std::string> log;
+        service svc(io.get_executor(), memory_options());
+        svc.add_channel(std::make_shared<failing_channel>("a", "", log));
+        svc.add_channel(std::make_shared<failing_channel>("b", fail, log));
+        svc.add_channel(std::make_shared<failing_channel>("c", "", log));
+        diagnostics diag;
+        std::promise<error_code> started;
+        svc.async_start(diag, [&](error_code ec) { started.set_value(ec); });
+        auto sf = started.get_future();
+        BOOST_TEST((get(sf) == errc::invalid_config));
+        BOOST_TEST(diag.message().find("b cannot " + fail) != std::string::npos, diag.message());
+        BOOST_TEST(!svc.running());
+        auto stopped = svc.async_stop(asio::use_future);
+        get(stopped);
+        std::vector<std::string> want;
+        if (fail == "attach")
+            want = {"a.attach", "b.attach", "a.close"};
+        else
+            want = {"a.attach", "b.attach", "c.attach", "a.start", "b.start", "a.stop", "a.close", "b.close",
+                    "c.close"};
+        BOOST_TEST(log == want, boost::test_tools::per_element());
+    }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,3 +1,4 @@
+#include <baton/clock.hpp>
 #include <baton/log.hpp>
 #include <baton/strand.hpp>
 #include <baton/ws_client.hpp>
@@ -27,7 +28,7 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
     ws_client_channel* owner = nullptr;
     channel_host* host = nullptr;
     asio::any_io_executor strand;
-    std::unique_ptr<asio::steady_timer> backoff; // between attempts; cancelled by close()
+    std::unique_ptr<timer> backoff;              // between attempts, on the runtime's clock; cancelled by close()
     std::unique_ptr<asio::steady_timer> ended;   // cancelled when the loop ends
     std::shared_ptr<ws_client> conn;             // the connection, while there is one
     std::deque<std::string> out;                 // frames waiting for the writer
@@ -70,8 +71,20 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
             queue(owner->reply_frame(item));
     }
 
+    // Waits `pause` (unless closing), then doubles it up to backoff_max.
+    asio::awaitable<void> back_off(std::chrono::milliseconds& pause) {
+        backoff->expires_after(pause);
+        co_await backoff->async_wait(use_tuple);
+        pause = std::min(pause * 2, o.backoff_max);
+    }
+
+    // Every attempt after the first waits: after a failed dial, and after a connection ended. The
+    // wait doubles each time, and starts again from backoff_min only after a connection that lasted
+    // backoff_max, so that a peer that accepts and drops at once (or whose frames make on_frame
+    // throw) is not dialled in a tight loop.
     static asio::awaitable<void> loop(std::shared_ptr<impl> self) {
         auto& s = *self;
+        const auto& clk = s.host->runtime().clock();
         auto pause = s.o.backoff_min;
         while (!s.closing) {
             auto c = std::make_shared<ws_client>(s.strand, s.o.host, s.o.port);
@@ -81,12 +94,10 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
                 log::warn("ws client channel: cannot connect; trying again",
                           {{"channel", s.o.name}, {"error", ec.message()}, {"status", status},
                            {"after_ms", pause.count()}});
-                s.backoff->expires_after(pause);
-                co_await s.backoff->async_wait(use_tuple);
-                pause = std::min(pause * 2, s.o.backoff_max);
+                co_await s.back_off(pause);
                 continue;
             }
-            pause = s.o.backoff_min;
+            const auto up_since = clk->now();
             s.conn = c;
             s.is_connected = true;
             s.count.fetch_add(1);
@@ -111,6 +122,10 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
             s.conn.reset();
             s.is_connected = false;
             s.out.clear();
+            if (s.closing) break;
+            if (clk->now() - up_since >= s.o.backoff_max) pause = s.o.backoff_min;
+            log::info("ws client channel: reconnecting", {{"channel", s.o.name}, {"after_ms", pause.count()}});
+            co_await s.back_off(pause);
         }
         s.looping = false;
         s.ended->cancel();
@@ -152,7 +167,7 @@ void ws_client_channel::attach(channel_host& h) {
     auto& i = *impl_;
     i.host = &h;
     i.strand = detail::make_thin_strand(h.get_executor());
-    i.backoff = std::make_unique<asio::steady_timer>(i.strand);
+    i.backoff = std::make_unique<timer>(h.runtime().clock(), i.strand);
     i.ended = std::make_unique<asio::steady_timer>(i.strand);
     h.runtime().add_route(i.o.name, [](std::string_view to) -> std::optional<std::string> {
         if (to.empty()) return "a recipient is required";
@@ -204,14 +219,16 @@ asio::awaitable<accept_result> ws_client_channel::submit(std::string session_id,
     m.session_id = std::move(session_id);
     m.channel = impl_->o.name;
     m.deliver = json::object{{"channel", impl_->o.name}, {"to", recipient}};
-    m.idem.key = std::move(key);
+    // The peer's ids are its own: scoped by channel and recipient, they meet no other key (a key
+    // with spaces is none an HTTP client can send).
+    if (!key.empty()) m.idem.key = impl_->o.name + ' ' + recipient + ' ' + key;
     m.idem.fingerprint = sha256_hex(recipient + '\n' + text);
     m.text = std::move(text);
     co_return co_await impl_->host->runtime().accept(std::move(m));
 }
 
-asio::awaitable<void> ws_client_channel::acked(std::string key) {
-    co_await impl_->host->runtime().outbox_delivered(std::move(key));
+asio::awaitable<bool> ws_client_channel::acked(std::string key) {
+    co_return co_await impl_->host->runtime().outbox_delivered(std::move(key), impl_->o.name);
 }
 
 bool ws_client_channel::send(std::string frame) {

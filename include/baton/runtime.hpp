@@ -85,8 +85,9 @@ public:
     // Stores items before anything is sent; an item whose key is already stored is left as it is.
     // Publishes outbox.enqueued on the turn's events. Returns the items stored by this call.
     asio::awaitable<std::vector<outbox_item>> enqueue_outbox(std::vector<outbox_item> items);
-    // A recipient confirmed an item (WebSocket ack): delivered. False when the key is unknown.
-    asio::awaitable<bool> outbox_delivered(std::string key);
+    // A recipient confirmed an item (WebSocket ack): delivered. False when the key is unknown, or
+    // when `channel` is given and the item is another channel's.
+    asio::awaitable<bool> outbox_delivered(std::string key, std::string channel = {});
 
     // Cancels a queued or running turn: it ends `stopped` (a running one keeps its partial reply).
     // Errors: not_found, turn_not_running (already finished).

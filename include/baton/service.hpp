@@ -89,7 +89,8 @@ public:
     // then starts the schedules, the HTTP listener and the channels, in that order.
     // Handler: void(error_code). Errors: errc::invalid_config (with diagnostics), errc::internal_error
     // (recovery failed, the listener could not bind). Cancellation: none. After a failure, call
-    // async_stop() to stop what had started (a channel, recovered turns).
+    // async_stop() to stop what had started, as far as it went: recovered turns drain, a channel
+    // is stopped if it had started and closed if it had been attached, one never attached is left.
     template <class Token> auto async_start(Token&& token) {
         return detail::async_run<detail::nothing>(get_executor(), start(nullptr), std::forward<Token>(token));
     }
@@ -159,8 +160,8 @@ public:
         subscription(subscription&&) noexcept;
         subscription& operator=(subscription&&) noexcept;
         ~subscription();
-        // The next event. Handler: void(error_code, service_event). Errors: end_of_stream once a
-        // turn subscription has handed over turn.finished, or after close(). Cancellation:
+        // The next event. Handler: void(error_code, service_event). Errors: boost::asio::error::eof
+        // once a turn subscription has handed over turn.finished, or after close(). Cancellation:
         // terminal and partial (operation_aborted; the events stay queued). One at a time.
         template <class Token> auto async_next(Token&& token) {
             return detail::async_run<service_event>(executor(), next(), std::forward<Token>(token));

@@ -1,7 +1,7 @@
 // A channel that connects baton, as a WebSocket client, to a chat service of some other kind
 // (docs/channels.md "A WebSocket client channel"). The library does what every such channel
 // needs: it dials, keeps the connection alive with pings (a peer that answers neither frames nor
-// pings is dropped), reconnects with exponential backoff, stores every reply in the outbox before
+// pings is dropped), reconnects with exponential backoff (on the runtime's clock), stores every reply in the outbox before
 // it is sent, sends it, and sends it again after each reconnect until the peer acknowledges its
 // key. A subclass says only what the peer's frames mean and what a reply's frame looks like.
 //
@@ -27,7 +27,10 @@ struct ws_client_channel_options {
     std::chrono::milliseconds connect_timeout{5000};
     // A connection quiet this long is pinged; one that stays silent as long again is dropped.
     std::chrono::milliseconds heartbeat{15000};
-    std::chrono::milliseconds backoff_min{250}, backoff_max{10000}; // between connection attempts
+    // Between connection attempts: after a failed dial or a lost connection the wait doubles from
+    // backoff_min up to backoff_max; it starts again from backoff_min after a connection that
+    // lasted backoff_max.
+    std::chrono::milliseconds backoff_min{250}, backoff_max{10000};
 };
 
 class ws_client_channel : public channel {
@@ -58,11 +61,13 @@ protected:
     // For the subclass, from its hooks above (they run on the channel's strand):
     // A message from `recipient` (a room, a chat) into `session_id`; its reply comes back to
     // `recipient` through reply_frame(). `key` (the peer's message id) makes a frame the peer
-    // sends twice one turn. Errors as service::async_submit's.
+    // sends twice one turn (scoped to this channel and recipient: it meets no other channel's or
+    // HTTP client's key). Errors as service::async_submit's.
     boost::asio::awaitable<accept_result> submit(std::string session_id, std::string recipient,
                                                  std::string text, std::string key);
-    // The peer confirmed a reply: it is `delivered` and not sent again.
-    boost::asio::awaitable<void> acked(std::string key);
+    // The peer confirmed a reply: it is `delivered` and not sent again. False when this channel
+    // has no reply with that key (another channel's key marks nothing).
+    boost::asio::awaitable<bool> acked(std::string key);
     // Queues a frame on the connection; false when there is none (the frame is dropped).
     bool send(std::string frame);
     channel_host& host();

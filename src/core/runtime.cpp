@@ -659,10 +659,10 @@ asio::awaitable<std::vector<outbox_item>> runtime::enqueue_outbox(std::vector<ou
     co_return added;
 }
 
-asio::awaitable<bool> runtime::outbox_delivered(std::string key) {
-    auto mark = [key = std::move(key)](store& s) {
+asio::awaitable<bool> runtime::outbox_delivered(std::string key, std::string channel) {
+    auto mark = [key = std::move(key), channel = std::move(channel)](store& s) {
         auto item = s.get_outbox(key);
-        if (!item) return false;
+        if (!item || (!channel.empty() && item->channel != channel)) return false;
         if (item->status == outbox_status::delivered) return true;
         item->status = outbox_status::delivered;
         item->attempts += 1;

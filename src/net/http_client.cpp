@@ -27,9 +27,6 @@
 #include <optional>
 #include <unordered_map>
 
-// Asio's TLS implementation is compiled once, here (BOOST_ASIO_SEPARATE_COMPILATION): the
-// library's only TLS user. A second copy elsewhere would clash at link time.
-#include <boost/asio/ssl/impl/src.hpp>
 
 namespace baton {
 

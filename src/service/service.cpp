@@ -97,8 +97,13 @@ struct service::impl : channel_host {
     void add_outbound(std::shared_ptr<outbound_channel> c) override { outbox->add_channel(std::move(c)); }
 
     // stop() or close() on every channel; one that fails is logged and the others go on.
-    asio::awaitable<void> each_channel(asio::awaitable<void> (channel::*step)(), const char* failed) {
-        for (auto& c : channels) {
+    // How far async_start got: channels[0, attached) were attached, [0, started) started. A start
+    // that failed part way is stopped (stop, close) only as far as it went.
+    std::size_t attached = 0, started = 0;
+    asio::awaitable<void> each_channel(asio::awaitable<void> (channel::*step)(), std::size_t n,
+                                       const char* failed) {
+        for (std::size_t k = 0; k < n && k < channels.size(); ++k) {
+            auto& c = channels[k];
             try {
                 co_await ((*c).*step)();
             } catch (const std::exception& e) {
@@ -232,6 +237,7 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
         for (auto& c : i.channels) {
             step = std::string("channel ") + std::string(c->name());
             c->attach(i);
+            ++i.attached;
         }
         // Last: the outbox takes the items of the pushing channels before any other hook.
         i.fw->register_plugin(i.outbox->make_plugin());
@@ -243,6 +249,7 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
         for (auto& c : i.channels) {
             step = std::string("starting channel ") + std::string(c->name());
             co_await c->start();
+            ++i.started;
         }
     } catch (const std::invalid_argument& e) {
         // The state stays `starting`: async_stop() stops what had started.
@@ -263,13 +270,13 @@ asio::awaitable<outcome<nothing>> service::stop() {
     }
     i.state = impl::phase::stopping;
     log::info("draining", {{"running_turns", i.rt->running_turns()}});
-    co_await i.each_channel(&channel::stop, "stopping a channel failed");
+    co_await i.each_channel(&channel::stop, i.started, "stopping a channel failed");
     try {
         co_await i.rt->drain(i.opts.drain_grace);
     } catch (const std::exception& e) {
         log::error("drain failed", {{"error", e.what()}});
     }
-    co_await i.each_channel(&channel::close, "closing a channel failed");
+    co_await i.each_channel(&channel::close, i.attached, "closing a channel failed");
     try {
         co_await i.outbox->stop(i.opts.delivery_grace);
     } catch (const std::exception& e) {
