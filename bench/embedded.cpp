@@ -157,8 +157,8 @@ int run_embedded(const options& opt) {
     probe.name = "bench-probe";
     probe.after_model_call = [&first_call_messages](turn_context& ctx,
                                                     const chat_completion&) -> asio::awaitable<void> {
-        if (ctx.progress().steps == 1 && ctx.window) {
-            std::size_t n = ctx.window->items.size() + 1, seen = first_call_messages.load();
+        if (ctx.progress().steps == 1 && ctx.internal.window) {
+            std::size_t n = ctx.internal.window->items.size() + 1, seen = first_call_messages.load();
             while (n > seen && !first_call_messages.compare_exchange_weak(seen, n)) {
             }
         }

@@ -10,7 +10,7 @@ std::int64_t turn_tokens(turn_context& ctx) {
     std::int64_t n = estimate_tokens(chat_message{"user", ctx.inbound.text, {}, {}}) + 3;
     for (const auto& m : ctx.inbound.collected)
         n += estimate_tokens(chat_message{"user", m.text, {}, {}});
-    if (ctx.window) n += ctx.window->tool_tokens;
+    if (ctx.internal.window) n += ctx.internal.window->tool_tokens;
     return n;
 }
 } // namespace
@@ -28,7 +28,7 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
         p.direct_reply = std::move(*reply);
         co_return p;
     }
-    auto w = ctx.window;
+    auto w = ctx.internal.window;
     if (!w) {
         // A plugin's load_state made the history: no budget bookkeeping to go by.
         ctx.new_entries.push_back(make_message("user", text));

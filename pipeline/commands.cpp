@@ -13,7 +13,7 @@ tape_entry make_anchor(std::string_view name, std::string_view summary) {
 // What a handoff carries over: an extractive summary of the window (a command never calls the
 // model).
 std::string handoff_summary(const turn_context& ctx) {
-    const auto& w = ctx.window;
+    const auto& w = ctx.internal.window;
     if (!w || ctx.history.size() != w->items.size() || w->items.size() <= w->pinned) return {};
     return extractive_summary(ctx.history, w->items, w->pinned, w->items.size(),
                               budget_of(ctx.agent->config).summary_cap());

@@ -35,7 +35,7 @@ asio::awaitable<std::optional<json::object>> load_state(store_runner& db, contex
         w->tool_tokens = tools.empty() ? 0 : estimate_tokens(ctx.framework->tools().schemas(tools));
     }
     ctx.history = std::exchange(w->messages, {});
-    ctx.window = std::move(w);
+    ctx.internal.window = std::move(w);
     co_return state;
 }
 

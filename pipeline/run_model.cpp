@@ -137,10 +137,10 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         }
         budget.fit(req, ctx.inbound.turn_id);
         // The session's context, unchanged since it was lent, is sent as the window wrote it.
-        if (ctx.window && ctx.framework->context_reaches_model_unchanged() &&
+        if (ctx.internal.window && ctx.framework->context_reaches_model_unchanged() &&
             ctx.agent->model->reads_encoded_messages()) {
-            req.encoded = ctx.window->encode(req.messages);
-            req.encoded_count = req.encoded.empty() ? 0 : ctx.window->items.size();
+            req.encoded = ctx.internal.window->encode(req.messages);
+            req.encoded_count = req.encoded.empty() ? 0 : ctx.internal.window->items.size();
         }
         chat_completion c;
         if (ctx.emitting()) ctx.emit_text("model.call", R"({"step":)" + std::to_string(step) + "}");
@@ -152,7 +152,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         } else {
             c = co_await call_model(ctx, req);
         }
-        if (ctx.window) ctx.window->learn(c.prompt_tokens, budget.raw);
+        if (ctx.internal.window) ctx.internal.window->learn(c.prompt_tokens, budget.raw);
         out.steps = progress.steps = step;
         out.usage.prompt_tokens += c.prompt_tokens;
         out.usage.completion_tokens += c.completion_tokens;
@@ -225,7 +225,7 @@ asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt
     request_budget budget;
     budget.limit = budget_of(cfg).tokens;
     budget.own_from = p.lent;
-    if (ctx.window) budget.factor = ctx.window->token_factor;
+    if (ctx.internal.window) budget.factor = ctx.internal.window->token_factor;
     if (p.estimated_tokens > 0) {
         budget.raw = p.estimated_tokens;
     } else {

@@ -8,7 +8,7 @@ namespace {
 // Takes the lent window back from the turn; null when the turn did not give it back whole (a
 // plugin took the prompt's messages): then the next turn rebuilds it from the store.
 std::shared_ptr<context_window> reclaim(turn_context& ctx) {
-    auto w = std::move(ctx.window);
+    auto w = std::move(ctx.internal.window);
     if (!w || ctx.history.size() < w->items.size()) return nullptr;
     // What follows the window in a handed-back request is this turn's, re-added from its entries.
     ctx.history.resize(w->items.size());

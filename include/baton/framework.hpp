@@ -107,6 +107,15 @@ namespace pipeline {
 class context_window;
 } // namespace pipeline
 
+namespace detail {
+// What the framework and the default pipeline keep about a turn for themselves; hooks of one's
+// own neither read nor write it.
+struct turn_bookkeeping {
+    std::shared_ptr<pipeline::context_window> window; // the session's cached window (pipeline/)
+    std::chrono::steady_clock::time_point stage_mark; // when the last stage ended (metrics)
+};
+} // namespace detail
+
 // Everything one turn carries between its stages.
 struct turn_context {
     baton::inbound inbound;
@@ -119,14 +128,20 @@ struct turn_context {
     // first, already within the token budget. It is lent by the session's context cache: read it,
     // copy it or move it into a prompt, but do not edit it in place (save_state gives it back).
     std::vector<chat_message> history;
-    std::shared_ptr<pipeline::context_window> window; // its bookkeeping (pipeline/)
     std::vector<tape_entry> new_entries; // appended by this turn, persisted by save_state
     model_output output;
     std::vector<outbound> outbox;
     bool direct_command = false;
     bool entered_run_model = false;
-    std::chrono::steady_clock::time_point stage_mark; // when the last stage ended (metrics)
     baton::framework* framework = nullptr;
+    detail::turn_bookkeeping internal; // not for hooks
+    // For a load_state hook that supplies a history of its own: the default build_prompt then
+    // prepends the agent's instructions and skips its budget check and compaction (the session's
+    // cached window is let go).
+    void replace_history(std::vector<chat_message> h) {
+        history = std::move(h);
+        internal.window.reset();
+    }
     turn_progress& progress() { return *inbound.progress; }
     // Publishes a turn event (docs/api.md) when someone keeps the turn's events.
     void emit(std::string_view type, const json::object& data) {

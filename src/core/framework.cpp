@@ -80,9 +80,9 @@ void framework::report(std::string_view stage, std::exception_ptr e, const inbou
 namespace {
 // stage.started / stage.finished events (only when the turn's events are kept); the stage's
 // duration goes to the metrics either way. Without events a stage starts when the one before
-// ended (ctx.stage_mark): one clock read per stage boundary, not two.
+// ended (ctx.internal.stage_mark): one clock read per stage boundary, not two.
 std::chrono::steady_clock::time_point stage_started(turn_context& ctx, turn_stage stage) {
-    if (!ctx.emitting()) return ctx.stage_mark;
+    if (!ctx.emitting()) return ctx.internal.stage_mark;
     std::string data = R"({"stage":")";
     data += to_string(stage); // a plain name: nothing to escape
     data += "\"}";
@@ -92,8 +92,8 @@ std::chrono::steady_clock::time_point stage_started(turn_context& ctx, turn_stag
 
 void stage_finished(turn_context& ctx, turn_stage stage, std::chrono::steady_clock::time_point started,
                     bool ok) {
-    ctx.stage_mark = std::chrono::steady_clock::now();
-    auto elapsed = ctx.stage_mark - started;
+    ctx.internal.stage_mark = std::chrono::steady_clock::now();
+    auto elapsed = ctx.internal.stage_mark - started;
     ctx.framework->metrics().observe_stage(stage, elapsed);
     if (!ctx.emitting()) return;
     auto ms = std::chrono::duration<double, std::milli>(elapsed);
@@ -249,7 +249,7 @@ asio::awaitable<turn_result> framework::process_inbound(inbound in) {
         std::rethrow_exception(e);
     }
     ctx.state.bind_turn_id(&ctx.inbound.turn_id);
-    ctx.stage_mark = std::chrono::steady_clock::now();
+    ctx.internal.stage_mark = std::chrono::steady_clock::now();
 
     // Each stage is awaited in this frame (no coroutine per guard): started, awaited, closed.
     std::exception_ptr error;
