@@ -80,9 +80,9 @@ asio::awaitable<void> run_session(runtime& rt, session_client& s, std::atomic<st
         req.channel = "bench";
         req.text = "hello from " + s.id + ", turn " + std::to_string(++s.sent);
         accept_result r = co_await rt.accept(std::move(req));
-        auto* ok = std::get_if<accepted>(&r);
+        auto* ok = (r ? &*r : nullptr);
         if (!ok) {
-            t.problem("not accepted: " + std::get<api_error>(r).message);
+            t.problem("not accepted: " + r.error().message);
             continue;
         }
         turn_record rec = co_await s.finished.async_receive(asio::use_awaitable);

@@ -297,7 +297,7 @@ struct recording_channel : channel {
         co_await host->runtime().write_cursors(std::move(values));
         auto m = message("recorded", "from the channel", "recording-1");
         auto r = co_await host->runtime().accept(std::move(m));
-        if (auto* a = std::get_if<accepted>(&r)) turn_id = a->turn_id;
+        if (auto* a = (r ? &*r : nullptr)) turn_id = a->turn_id;
     }
     asio::awaitable<void> stop() override {
         calls.push_back("stop");
@@ -396,6 +396,35 @@ BOOST_FIXTURE_TEST_CASE(a_failed_start_is_stopped_as_far_as_it_went, service_fix
                     "c.close"};
         BOOST_TEST(log == want, boost::test_tools::per_element());
     }
+}
+
+// What a channel gets from runtime::accept: a boost::system::result, whose value() throws the
+// refusal with its errc.
+BOOST_FIXTURE_TEST_CASE(runtime_accept_is_a_result, service_fixture) {
+    service svc(io.get_executor(), memory_options());
+    auto started = svc.async_start(asio::use_future);
+    get(started);
+    auto m = message("s1", "hi");
+    m.agent = "nonesuch";
+    auto f = asio::co_spawn(io, svc.runtime().accept(std::move(m)), asio::use_future);
+    auto r = get(f);
+    BOOST_TEST_REQUIRE(!r);
+    BOOST_TEST((r.error().code == errc::invalid_request));
+    BOOST_TEST(r.error().message == "unknown agent: nonesuch");
+    try {
+        (void)r.value();
+        BOOST_FAIL("value() of a refusal returned");
+    } catch (const boost::system::system_error& e) {
+        BOOST_TEST((e.code() == errc::invalid_request));
+        BOOST_TEST(std::string(e.what()).find("unknown agent: nonesuch") != std::string::npos);
+    }
+    auto ok = asio::co_spawn(io, svc.runtime().accept(message("s1", "hi")), asio::use_future);
+    auto r2 = get(ok);
+    BOOST_TEST_REQUIRE(r2.has_value());
+    BOOST_TEST(r2->session_id == "s1");
+    BOOST_TEST(r2.value().turn_id == r2->turn_id);
+    auto stopped = svc.async_stop(asio::use_future);
+    get(stopped);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -163,8 +163,8 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
         ar.idem.fingerprint = sha256_hex(sid + "\n" + std::string(req.body));
     }
     auto result = co_await rt_.accept(std::move(ar));
-    if (auto* err = std::get_if<api_error>(&result)) co_return error_reply(err->code, err->message);
-    auto& ok = std::get<accepted>(result);
+    if (!result) co_return error_reply(result.error().code, result.error().message);
+    auto& ok = *result;
     json::object body{{"turn_id", ok.turn_id},
                       {"session_id", ok.session_id},
                       {"status", "queued"},

@@ -100,11 +100,12 @@ asio::awaitable<void> fire(runtime& rt, const schedule_config& c, time_ms slot) 
     f["fire_at"] = format_time(slot);
     try {
         auto result = co_await rt.accept(std::move(req));
-        if (auto* ok = std::get_if<accepted>(&result)) {
+        if (result) {
+        const auto* ok = &*result;
             f["turn_id"] = ok->turn_id;
             log::info(ok->replayed ? "schedule: slot already fired" : "schedule: fired", f);
         } else {
-            const auto& err = std::get<api_error>(result);
+            const auto& err = result.error();
             f["code"] = code_name(err.code);
             f["message"] = err.message;
             log::warn("schedule: fire skipped", f);

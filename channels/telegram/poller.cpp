@@ -328,14 +328,15 @@ asio::awaitable<bool> poller::impl::admit(const ready_message& m) {
     req.idem.fingerprint = sha256_hex(req.session_id + "\n" + req.text);
     auto result = co_await rt.accept(std::move(req));
     json::object fields{{"chat_id", m.chat_id}, {"update_id", first.update_id}};
-    if (auto* ok = std::get_if<baton::accepted>(&result)) {
+    if (result) {
+        const auto* ok = &*result;
         admitted.fetch_add(1);
         fields["turn_id"] = ok->turn_id;
         fields["replayed"] = ok->replayed;
         log::debug("telegram: message accepted", std::move(fields));
         co_return true;
     }
-    const auto& err = std::get<api_error>(result);
+    const auto& err = result.error();
     fields["code"] = code_name(err.code);
     fields["message"] = err.message;
     switch (err.code) {

@@ -2,6 +2,7 @@
 // the snake_case code of docs/api.md in one place.
 #pragma once
 
+#include <boost/assert/source_location.hpp>
 #include <boost/system/error_code.hpp>
 
 #include <stdexcept>
@@ -46,6 +47,9 @@ struct api_error {
     errc code = errc::internal_error;
     std::string message;
 };
+// What boost::system::result<T, api_error>::value() throws on an error: a system_error with the
+// errc and the message.
+[[noreturn]] void throw_exception_from_error(const api_error& e, const boost::source_location& loc);
 
 // The sentence that explains an error_code, for the operations that take one (Boost.MySQL's
 // pattern): filled when the operation fails, cleared when it succeeds.

@@ -45,7 +45,10 @@ struct accept_request {
     std::function<void(const accepted&)> on_stored;
 };
 
-using accept_result = std::variant<accepted, api_error>;
+// accept()'s outcome: the accepted message, or the refusal (its errc and the sentence that
+// explains it). `if (r) r->turn_id; else r.error().code`; r.value() throws the refusal as a
+// boost::system::system_error.
+using accept_result = boost::system::result<accepted, api_error>;
 
 struct runtime_options {
     event_hub_options events;

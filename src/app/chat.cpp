@@ -143,14 +143,14 @@ struct local_chat {
         req.text = std::move(text);
         for (;;) {
             auto r = asio::co_spawn(out, rt.accept(req), asio::use_future).get();
-            auto* err = std::get_if<api_error>(&r);
-            if (!err) return;
+            if (r) return;
+            const auto err = r.error();
             // A person cannot type faster than the queue drains; a pipe can: wait for room.
-            if (err->code == errc::session_queue_full && !stopping.load()) {
+            if (err.code == errc::session_queue_full && !stopping.load()) {
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
                 continue;
             }
-            asio::post(out, [this, e = *err] { view.on_error(code_name(e.code), e.message); });
+            asio::post(out, [this, e = err] { view.on_error(code_name(e.code), e.message); });
             return;
         }
     }

@@ -1,5 +1,8 @@
 #include <baton/errors.hpp>
 
+#include <boost/system/system_error.hpp>
+#include <boost/throw_exception.hpp>
+
 namespace baton {
 
 namespace {
@@ -68,6 +71,10 @@ const boost::system::error_category& baton_category() noexcept {
 
 boost::system::error_code make_error_code(errc e) noexcept {
     return {static_cast<int>(e), baton_category()};
+}
+
+void throw_exception_from_error(const api_error& e, const boost::source_location& loc) {
+    boost::throw_exception(boost::system::system_error(make_error_code(e.code), e.message), loc);
 }
 
 std::string_view code_name(errc e) {

@@ -290,8 +290,8 @@ asio::awaitable<outcome<nothing>> service::stop() {
 asio::awaitable<outcome<accepted>> service::submit(accept_request m, diagnostics* diag) {
     if (diag) diag->clear();
     auto r = co_await impl_->rt->accept(std::move(m));
-    if (auto* a = std::get_if<accepted>(&r)) co_return outcome<accepted>{{}, std::move(*a)};
-    auto& e = std::get<api_error>(r);
+    if (r) co_return outcome<accepted>{{}, std::move(*r)};
+    auto e = r.error();
     co_return failure<accepted>(e.code, std::move(e.message), diag);
 }
 
