@@ -101,9 +101,8 @@ asio::awaitable<void> fire(runtime& rt, const schedule_config& c, time_ms slot) 
     try {
         auto result = co_await rt.accept(std::move(req));
         if (result) {
-        const auto* ok = &*result;
-            f["turn_id"] = ok->turn_id;
-            log::info(ok->replayed ? "schedule: slot already fired" : "schedule: fired", f);
+            f["turn_id"] = result->turn_id;
+            log::info(result->replayed ? "schedule: slot already fired" : "schedule: fired", f);
         } else {
             const auto& err = result.error();
             f["code"] = code_name(err.code);

@@ -329,10 +329,9 @@ asio::awaitable<bool> poller::impl::admit(const ready_message& m) {
     auto result = co_await rt.accept(std::move(req));
     json::object fields{{"chat_id", m.chat_id}, {"update_id", first.update_id}};
     if (result) {
-        const auto* ok = &*result;
         admitted.fetch_add(1);
-        fields["turn_id"] = ok->turn_id;
-        fields["replayed"] = ok->replayed;
+        fields["turn_id"] = result->turn_id;
+        fields["replayed"] = result->replayed;
         log::debug("telegram: message accepted", std::move(fields));
         co_return true;
     }

@@ -71,7 +71,7 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
             queue(owner->reply_frame(item));
     }
 
-    // Waits `pause` (unless closing), then doubles it up to backoff_max.
+    // Waits `pause` (close() cancels the wait), then doubles it up to backoff_max.
     asio::awaitable<void> back_off(std::chrono::milliseconds& pause) {
         backoff->expires_after(pause);
         co_await backoff->async_wait(use_tuple);
