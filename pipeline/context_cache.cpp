@@ -113,7 +113,7 @@ std::size_t context_cache::sessions() const {
     return n;
 }
 
-std::vector<tape_entry> read_context_entries(baton::store& s, const std::string& sid) {
+std::vector<tape_entry> read_context_entries(baton::store& s, const session_ref& sid) {
     for (std::size_t limit = 256;; limit *= 4) {
         auto tail = s.tape_tail(sid, limit);
         bool whole = tail.size() < limit;

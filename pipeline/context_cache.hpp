@@ -29,6 +29,7 @@ public:
     context_cache(const context_cache&) = delete;
     context_cache& operator=(const context_cache&) = delete;
 
+    // Sessions are named by session_ref::key().
     // Lends the session's window and copies its state out; null when the session is not cached
     // (or its window is lent already: then the borrower rebuilds it from the store).
     std::shared_ptr<context_window> lend(const std::string& sid, json::object& state);
@@ -49,6 +50,6 @@ private:
 
 // The entries a session's window is made of, oldest first, read from the store (see
 // find_context_span): never the whole tape unless the session never had an anchor.
-std::vector<tape_entry> read_context_entries(store& s, const std::string& sid);
+std::vector<tape_entry> read_context_entries(store& s, const session_ref& session);
 
 } // namespace baton::pipeline

@@ -19,8 +19,8 @@ plugin make_default_plugin(store_runner& db) {
     p.save_state = [&db, cache](turn_context& ctx) { return pipeline::save_state(db, *cache, ctx); };
     p.render_outbound = pipeline::render_outbound;
     p.dispatch_outbound = pipeline::dispatch_outbound;
-    p.compact_idle = [&db, cache](framework& fw, const agent& a, const std::string& session_id) {
-        return pipeline::compact_idle(db, *cache, a, session_id, fw.metrics());
+    p.compact_idle = [&db, cache](framework& fw, const agent& a, const session_ref& session) {
+        return pipeline::compact_idle(db, *cache, a, session, fw.metrics());
     };
     return p;
 }

@@ -13,10 +13,11 @@ struct loaded {
 asio::awaitable<std::optional<json::object>> load_state(store_runner& db, context_cache& cache,
                                                         turn_context& ctx) {
     json::object state;
-    auto w = cache.lend(ctx.session_id, state);
+    auto session = ctx.session();
+    auto w = cache.lend(session.key(), state);
     if (!w) {
         // Not cached: one trip to the store for the state and the window's entries.
-        auto load = [sid = ctx.session_id](store& s) {
+        auto load = [sid = std::move(session)](store& s) {
             loaded l;
             if (auto rec = s.get_session(sid)) l.state = std::move(rec->state);
             l.entries = read_context_entries(s, sid);

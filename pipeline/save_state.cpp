@@ -23,7 +23,7 @@ void report_idle_due(turn_context& ctx, const context_window& w) {
     if (!ctx.framework || !ctx.framework->on_compaction_due || cfg.context.idle_compaction_after.count() <= 0)
         return;
     if (estimate_with(w, w.tool_tokens) < budget_of(cfg).at(1)) return;
-    ctx.framework->on_compaction_due(ctx.session_id, cfg.name, cfg.context.idle_compaction_after);
+    ctx.framework->on_compaction_due(ctx.session(), cfg.name, cfg.context.idle_compaction_after);
 }
 
 asio::awaitable<std::vector<tape_entry>> store_entries(store_runner& db, state_update u) {
@@ -37,7 +37,9 @@ asio::awaitable<std::vector<tape_entry>> store_entries(store_runner& db, state_u
 
 asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx) {
     auto w = reclaim(ctx);
+    auto key = ctx.session().key();
     state_update u;
+    u.tenant = ctx.inbound.tenant;
     u.session_id = ctx.session_id;
     u.turn_id = ctx.inbound.turn_id;
     u.entries = std::move(ctx.new_entries);
@@ -47,22 +49,23 @@ asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_co
         ctx.new_entries = co_await store_entries(db, std::move(u));
     } catch (...) {
         // What the store holds is now unknown here: the next turn reads it again.
-        cache.erase(ctx.session_id);
+        cache.erase(key);
         throw;
     }
     if (!w) {
-        cache.erase(ctx.session_id);
+        cache.erase(key);
         co_return;
     }
     auto kept = w;
-    cache.give_back(ctx.session_id, std::move(w), ctx.new_entries, &ctx.session_state);
+    cache.give_back(key, std::move(w), ctx.new_entries, &ctx.session_state);
     report_idle_due(ctx, *kept);
 }
 
 asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,
-                                   const std::string& session_id, metrics_registry& metrics) {
+                                   const session_ref& session, metrics_registry& metrics) {
     json::object state;
-    auto w = cache.lend(session_id, state);
+    auto key = session.key();
+    auto w = cache.lend(key, state);
     if (!w) co_return; // not in memory (evicted, or a turn failed): the next turn compacts
     std::vector<tape_entry> entries;
     try {
@@ -71,15 +74,16 @@ asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const
                          *w, entries);
         if (!entries.empty()) {
             state_update u;
-            u.session_id = session_id;
+            u.tenant = session.tenant;
+            u.session_id = session.id;
             u.entries = std::move(entries);
             entries = co_await store_entries(db, std::move(u));
         }
     } catch (...) {
-        cache.erase(session_id);
+        cache.erase(key);
         throw;
     }
-    cache.give_back(session_id, std::move(w), entries, nullptr);
+    cache.give_back(key, std::move(w), entries, nullptr);
 }
 
 } // namespace baton::pipeline

@@ -19,7 +19,7 @@ asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
 asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx);
 // Idle compaction of one session (framework::compact_session).
 asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,
-                                   const std::string& session_id, metrics_registry& metrics);
+                                   const session_ref& session, metrics_registry& metrics);
 asio::awaitable<std::vector<outbound>> render_outbound(turn_context& ctx);
 asio::awaitable<bool> dispatch_outbound(turn_context& ctx, const outbound& item);
 

@@ -326,7 +326,7 @@ public:
         if (fail_next_save.exchange(false)) throw std::runtime_error("disk full");
         inner->save_state(u);
     }
-    std::vector<tape_entry> tape_tail(const std::string& s, std::size_t l) override {
+    std::vector<tape_entry> tape_tail(const session_ref& s, std::size_t l) override {
         ++tail_reads;
         return inner->tape_tail(s, l);
     }

@@ -572,11 +572,17 @@ http_response daemon_fixture::post_message(std::string_view sid, std::string_vie
 
 json::object daemon_fixture::wait_for_turn(std::string_view tid, const std::vector<std::string>& until,
                                            std::chrono::milliseconds limit) const {
+    return wait_for_turn(tid, header_list{}, until, limit);
+}
+
+json::object daemon_fixture::wait_for_turn(std::string_view tid, const header_list& headers,
+                                           const std::vector<std::string>& until,
+                                           std::chrono::milliseconds limit) const {
     const std::string target = "/v1/turns/" + std::string(tid);
     auto deadline = steady::now() + limit;
     http_response last;
     for (;;) {
-        last = request("GET", target);
+        last = request("GET", target, {}, headers);
         if (const auto* rec = last.json.if_object(); rec && last.status == 200) {
             const auto* status = rec->if_contains("status");
             if (status && status->is_string() &&

@@ -241,6 +241,10 @@ struct daemon_fixture {
     json::object wait_for_turn(std::string_view tid,
                                const std::vector<std::string>& until = terminal_statuses(),
                                std::chrono::milliseconds limit = 10s) const;
+    // The same, each poll with `headers` (a bearer token).
+    json::object wait_for_turn(std::string_view tid, const header_list& headers,
+                               const std::vector<std::string>& until = terminal_statuses(),
+                               std::chrono::milliseconds limit = 10s) const;
 };
 
 } // namespace baton::test

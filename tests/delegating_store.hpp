@@ -18,13 +18,13 @@ public:
     void save_state(state_update& u) override { inner->save_state(u); }
     void finish_turn(const turn_record& t) override { inner->finish_turn(t); }
     std::optional<turn_record> get_turn(const std::string& id) override { return inner->get_turn(id); }
-    std::optional<session_record> get_session(const std::string& s) override {
+    std::optional<session_record> get_session(const session_ref& s) override {
         return inner->get_session(s);
     }
-    std::vector<tape_entry> read_tape(const std::string& s, std::int64_t a, std::size_t l) override {
+    std::vector<tape_entry> read_tape(const session_ref& s, std::int64_t a, std::size_t l) override {
         return inner->read_tape(s, a, l);
     }
-    std::vector<tape_entry> tape_tail(const std::string& s, std::size_t l) override {
+    std::vector<tape_entry> tape_tail(const session_ref& s, std::size_t l) override {
         return inner->tape_tail(s, l);
     }
     std::vector<turn_record> unfinished_turns() override { return inner->unfinished_turns(); }

@@ -58,9 +58,9 @@ struct idle_service {
         s.svc->add_agent(a, model);
         plugin recorder;
         recorder.name = "idle recorder";
-        recorder.compact_idle = [this](framework&, const agent&, const std::string& sid) {
+        recorder.compact_idle = [this](framework&, const agent&, const session_ref& sid) {
             std::lock_guard lock(mutex);
-            compactions.emplace_back(sid, s.clock->now());
+            compactions.emplace_back(sid.id, s.clock->now());
             return noop();
         };
         s.svc->add_plugin(recorder);

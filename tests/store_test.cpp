@@ -202,7 +202,6 @@ BOOST_DATA_TEST_CASE(session_counts_turns_and_remembers_the_last, bdata::make(ki
     store_fixture f(kind);
     auto t1 = make_turn("t_1", "s1");
     t1.agent = "helper";
-    t1.tenant = "acme";
     t1.created_at = 1000;
     f.s->insert_turn(t1, {});
     auto t2 = make_turn("t_2", "s1");
@@ -218,7 +217,7 @@ BOOST_DATA_TEST_CASE(session_counts_turns_and_remembers_the_last, bdata::make(ki
     BOOST_TEST(s1->turns == 3);
     BOOST_TEST(s1->last_turn_id.value_or("") == "t_0");
     BOOST_TEST(s1->agent == "helper");
-    BOOST_TEST(s1->tenant == "acme");
+    BOOST_TEST(s1->tenant == std::string(default_tenant));
     BOOST_TEST(s1->created_at == 1000);
     BOOST_TEST(s1->state.empty());
     BOOST_TEST(f.s->get_session("s2")->turns == 1);
@@ -552,6 +551,65 @@ BOOST_DATA_TEST_CASE(cursors_are_kept_by_name, bdata::make(kinds), kind) {
     BOOST_TEST(f.s->get_cursor("schedule:a").value_or("") == "1700000000000");
 }
 
+BOOST_DATA_TEST_CASE(tenants_keep_sessions_tapes_keys_and_items_apart, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto of = [](std::string tid, std::string tenant) {
+        auto t = make_turn(std::move(tid), "s1");
+        t.tenant = std::move(tenant);
+        return t;
+    };
+    BOOST_TEST((f.s->insert_turn(of("t_a", "a"), {"key", "fp-a"}).outcome == insert_outcome::inserted));
+    // The same session id and the same Idempotency-Key in another tenant are another session and
+    // another key.
+    BOOST_TEST((f.s->insert_turn(of("t_b", "b"), {"key", "fp-b"}).outcome == insert_outcome::inserted));
+    auto again = f.s->insert_turn(of("t_a2", "a"), {"key", "fp-a"});
+    BOOST_TEST((again.outcome == insert_outcome::replayed));
+    BOOST_TEST(again.turn_id == "t_a");
+    BOOST_TEST((f.s->insert_turn(of("t_b2", "b"), {"key", "fp-a"}).outcome == insert_outcome::key_reused));
+
+    auto ua = entries_for("s1", "t_a", 2);
+    ua.tenant = "a";
+    f.s->save_state(ua);
+    auto ub = entries_for("s1", "t_b", 1);
+    ub.tenant = "b";
+    ub.state = json::object{{"who", "b"}};
+    f.s->save_state(ub);
+    BOOST_TEST(ids_of(f.s->read_tape({"a", "s1"}, 0, 10)) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(ids_of(f.s->read_tape({"b", "s1"}, 0, 10)) == (std::vector<std::int64_t>{1}));
+    BOOST_TEST(ids_of(f.s->tape_tail({"a", "s1"}, 10)) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(f.s->read_tape("s1", 0, 10).empty()); // the default tenant has no s1
+    BOOST_TEST(!f.s->get_session("s1").has_value());
+    auto sa = f.s->get_session({"a", "s1"});
+    auto sb = f.s->get_session({"b", "s1"});
+    BOOST_TEST_REQUIRE((sa && sb));
+    BOOST_TEST(sa->tenant == "a");
+    BOOST_TEST(sa->turns == 1);
+    BOOST_TEST(sa->state.empty());
+    BOOST_TEST(sb->tenant == "b");
+    BOOST_TEST(json::serialize(sb->state) == R"({"who":"b"})");
+    BOOST_TEST(f.s->get_turn("t_b")->tenant == "b");
+
+    auto ia = make_item("s1", "t_a", "ws", 0);
+    ia.tenant = "a";
+    auto ib = make_item("s1", "t_b", "ws", 0);
+    ib.tenant = "b";
+    BOOST_TEST(f.s->add_outbox(ia));
+    BOOST_TEST(f.s->add_outbox(ib));
+    BOOST_TEST(f.s->get_outbox(ib.key)->tenant == "b");
+    store::outbox_filter open_b;
+    open_b.statuses = {outbox_status::pending, outbox_status::sending};
+    open_b.channel = "ws";
+    open_b.tenant = "b";
+    open_b.session_id = "s1";
+    auto got = f.s->list_outbox(open_b);
+    BOOST_TEST_REQUIRE(got.size() == 1u);
+    BOOST_TEST(got[0].key == ib.key);
+    store::outbox_filter all_a;
+    all_a.tenant = "a";
+    BOOST_TEST(f.s->list_outbox(all_a).size() == 1u);
+    BOOST_TEST(f.s->list_outbox({}).size() == 2u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // ---- SQLite only -----------------------------------------------------------------------------------
@@ -670,19 +728,15 @@ BOOST_AUTO_TEST_CASE(reopening_does_not_rerun_migrations) {
 BOOST_AUTO_TEST_CASE(outbox_counts_are_kept_without_a_scan_and_filled_on_upgrade) {
     temp_dir dir;
     {
-        auto s = open_store("sqlite", dir);
-        for (int i = 0; i < 3; ++i)
-            s->add_outbox(store_conformance::make_item("s1", "t_" + std::to_string(i), "ws", 0));
-        auto item = store_conformance::make_item("s1", "t_0", "ws", 0);
-        item.status = outbox_status::delivered;
-        s->update_outbox(item);
-    }
-    {
         // A database from before the counts (schema 3): the upgrade counts what is there.
+        fs::create_directories(fs::path(dir.db_path()).parent_path());
         raw_db raw(dir.db_path());
-        raw.exec("DROP TRIGGER outbox_counts_insert; DROP TRIGGER outbox_counts_update; "
-                 "DROP TRIGGER outbox_counts_delete; DROP TABLE outbox_counts; "
-                 "ALTER TABLE turns DROP COLUMN refusal; PRAGMA user_version = 3");
+        detail::migrate_sqlite(raw.db, 3);
+        for (int i = 0; i < 3; ++i)
+            raw.exec("INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, "
+                     "status, created_at, updated_at) VALUES ('k" + std::to_string(i) + "', 't_" +
+                     std::to_string(i) + "', 's1', 'ws', 's1', 0, 'x', '" +
+                     (i == 0 ? "delivered" : "pending") + "', 1, 1)");
     }
     auto s = open_store("sqlite", dir);
     auto n = s->count_outbox();
@@ -695,6 +749,59 @@ BOOST_AUTO_TEST_CASE(outbox_counts_are_kept_without_a_scan_and_filled_on_upgrade
     // Deleting items (pruning) keeps the counts right too.
     raw.exec("DELETE FROM outbox WHERE status = 'delivered'");
     BOOST_TEST(s->count_outbox().by_status[static_cast<std::size_t>(outbox_status::delivered)] == 0);
+}
+
+BOOST_AUTO_TEST_CASE(data_from_before_tenants_belongs_to_the_default_tenant) {
+    temp_dir dir;
+    {
+        // A database as the last build without tenants (schema 5) left it.
+        fs::create_directories(fs::path(dir.db_path()).parent_path());
+        raw_db raw(dir.db_path());
+        detail::migrate_sqlite(raw.db, 5);
+        raw.exec("INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, state, "
+                 "tape_next, created_at) VALUES ('s1', '', 'default', 2, 't_2', '{\"k\":1}', 3, 1)");
+        raw.exec("INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
+                 "input_channel, metadata, idem_key, idem_fingerprint, reply, created_at, refusal) "
+                 "VALUES ('t_1', 's1', 'default', '', 'completed', 'hi', 'http', '{}', 'key1', 'fp', "
+                 "'echo: hi', 1, 0), ('t_2', 's1', 'default', '', 'queued', 'again', 'http', '{}', "
+                 "NULL, NULL, NULL, 2, 0)");
+        raw.exec("INSERT INTO tape (session_id, id, kind, payload, turn_id, created_at) VALUES "
+                 "('s1', 1, 'message', '{\"role\":\"user\",\"text\":\"hi\"}', 't_1', 1), "
+                 "('s1', 2, 'message', '{\"role\":\"assistant\",\"text\":\"echo: hi\"}', 't_1', 1)");
+        raw.exec("INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, status, "
+                 "created_at, updated_at) VALUES ('ob_1', 't_1', 's1', 'ws', 's1', 0, 'echo: hi', "
+                 "'pending', 1, 1)");
+        BOOST_TEST(raw.scalar("PRAGMA user_version") == "5");
+    }
+    auto s = open_store("sqlite", dir);
+    auto session = s->get_session("s1");
+    BOOST_TEST_REQUIRE(session.has_value());
+    BOOST_TEST(session->tenant == std::string(default_tenant));
+    BOOST_TEST(session->turns == 2);
+    BOOST_TEST(json::serialize(session->state) == R"({"k":1})");
+    BOOST_TEST(ids_of(s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(s->get_turn("t_1")->tenant == std::string(default_tenant));
+    BOOST_TEST(s->get_turn("t_1")->reply.value_or("") == "echo: hi");
+    BOOST_TEST(turn_ids_of(s->unfinished_turns()) == (std::vector<std::string>{"t_2"}));
+    // The old key is the default tenant's; another tenant may use it afresh.
+    auto replay = make_turn("t_3", "s1");
+    BOOST_TEST((s->insert_turn(replay, {"key1", "fp"}).outcome == insert_outcome::replayed));
+    replay.tenant = "acme";
+    BOOST_TEST((s->insert_turn(replay, {"key1", "fp"}).outcome == insert_outcome::inserted));
+    // The tape goes on where it was; the outbox item is the default tenant's.
+    auto more = entries_for("s1", "t_2", 1);
+    s->save_state(more);
+    BOOST_TEST(more.entries[0].id == 3);
+    auto item = s->get_outbox("ob_1");
+    BOOST_TEST_REQUIRE(item.has_value());
+    BOOST_TEST(item->tenant == std::string(default_tenant));
+    // New turns get seqs after the old ones (the AUTOINCREMENT counter moved with the table).
+    BOOST_TEST(turn_ids_of(s->unfinished_turns()) == (std::vector<std::string>{"t_2", "t_3"}));
+    raw_db raw(dir.db_path());
+    BOOST_TEST(raw.scalar("PRAGMA user_version") == std::to_string(detail::sqlite_schema_version()));
+    BOOST_TEST(raw.scalar("PRAGMA foreign_key_check") == "");
+    BOOST_TEST(raw.scalar("PRAGMA integrity_check") == "ok");
+    BOOST_TEST(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name LIKE '%_v6'") == "0");
 }
 
 BOOST_AUTO_TEST_CASE(newer_schema_is_refused) {

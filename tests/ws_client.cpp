@@ -20,9 +20,19 @@ struct ws_client::impl {
     asio::io_context ioc;
     websocket::stream<asio::ip::tcp::socket> ws{ioc};
     int close_code = 0;
+    std::string protocol;
 };
 
 ws_client::ws_client(const std::string& host, unsigned short port, std::chrono::milliseconds timeout)
+    : ws_client(host, port, {}, timeout) {}
+
+std::string ws_client::protocol() const {
+    return impl_->protocol;
+}
+
+ws_client::ws_client(const std::string& host, unsigned short port,
+                     const std::vector<std::pair<std::string, std::string>>& headers,
+                     std::chrono::milliseconds timeout)
     : impl_(std::make_unique<impl>()) {
     auto& sock = impl_->ws.next_layer();
     boost::system::error_code ec;
@@ -34,8 +44,15 @@ ws_client::ws_client(const std::string& host, unsigned short port, std::chrono::
     tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
     ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    impl_->ws.handshake(host + ":" + std::to_string(port), "/v1/ws", ec);
-    BOOST_REQUIRE_MESSAGE(!ec, "WebSocket upgrade failed: " << ec.message());
+    impl_->ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
+        for (const auto& [name, value] : headers)
+            req.set(name, value);
+    }));
+    websocket::response_type res;
+    impl_->ws.handshake(res, host + ":" + std::to_string(port), "/v1/ws", ec);
+    BOOST_REQUIRE_MESSAGE(!ec, "WebSocket upgrade failed: " << ec.message() << " (HTTP "
+                                                             << res.result_int() << ")");
+    impl_->protocol = std::string(res[boost::beast::http::field::sec_websocket_protocol]);
 }
 
 ws_client::~ws_client() {

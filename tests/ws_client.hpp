@@ -19,6 +19,12 @@ public:
     // Connects and upgrades; fails the test when it cannot.
     ws_client(const std::string& host, unsigned short port,
               std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    // The same with headers on the upgrade request (Authorization, Sec-WebSocket-Protocol).
+    ws_client(const std::string& host, unsigned short port,
+              const std::vector<std::pair<std::string, std::string>>& headers,
+              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+    // The Sec-WebSocket-Protocol of the server's 101 ("" when none).
+    std::string protocol() const;
     ~ws_client();
     ws_client(const ws_client&) = delete;
     ws_client& operator=(const ws_client&) = delete;

@@ -42,6 +42,50 @@ json::object turn_links(const std::string& tid) {
 }
 } // namespace
 
+std::variant<caller, reply> api::authorize(const request_view& req, scope need) const {
+    if (need == scope::open) return caller{};
+    if (!access_.tokens.enabled()) {
+        caller everyone;
+        everyone.admin = true;
+        return everyone;
+    }
+    if (need == scope::metrics && access_.metrics_public) return caller{};
+    // The header wins; an upgrade from a browser has only the subprotocol.
+    bool presented = false;
+    std::optional<std::string_view> token;
+    if (req.has_authorization) {
+        presented = true;
+        token = parse_bearer(req.authorization);
+    } else if (!req.ws_protocols.empty()) {
+        auto offer = parse_ws_protocols(req.ws_protocols);
+        if (offer.token) {
+            presented = true;
+            token = offer.token;
+        }
+    }
+    std::optional<caller> who = token ? access_.tokens.authenticate(*token) : std::nullopt;
+    if (!who) {
+        // Never the token itself, in the answer or anywhere else.
+        auto r = error_reply(errc::unauthorized,
+                             presented ? "the bearer token is not valid"
+                                       : "this resource needs Authorization: Bearer <token>");
+        r.headers.emplace_back("WWW-Authenticate", presented
+                                                       ? R"(Bearer realm="baton", error="invalid_token")"
+                                                       : R"(Bearer realm="baton")");
+        return r;
+    }
+    bool allowed = need == scope::any || (need == scope::tenant ? who->tenant_scope : who->admin);
+    if (!allowed) {
+        std::string_view missing = need == scope::tenant ? "tenant" : "admin";
+        auto r = error_reply(errc::forbidden,
+                             "this token lacks the " + std::string(missing) + " scope");
+        r.headers.emplace_back("WWW-Authenticate", R"(Bearer realm="baton", error="insufficient_scope", scope=")" +
+                                                       std::string(missing) + "\"");
+        return r;
+    }
+    return std::move(*who);
+}
+
 reply error_reply(errc code, std::string_view message) {
     reply r = json_reply(http_status(code),
                          json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
@@ -50,8 +94,31 @@ reply error_reply(errc code, std::string_view message) {
     return r;
 }
 
+namespace {
+api::scope scope_of(route_id id) {
+    switch (id) {
+    case route_id::healthz:
+    case route_id::readyz:
+    case route_id::web_page:
+    case route_id::none:
+        return api::scope::open;
+    case route_id::list_outbox:
+        return api::scope::admin;
+    case route_id::metrics:
+        return api::scope::metrics;
+    default:
+        return api::scope::tenant;
+    }
+}
+} // namespace
+
 asio::awaitable<reply> api::handle(const request_view& req) {
     auto m = match_route(req.method, req.target);
+    // Every /v1 request needs a token, even to learn that a resource does not exist.
+    auto need = m.error ? (req.target.starts_with("/v1") ? scope::any : scope::open) : scope_of(m.id);
+    auto authorized = authorize(req, need);
+    if (auto* refused = std::get_if<reply>(&authorized)) co_return std::move(*refused);
+    const auto& who = std::get<caller>(authorized);
     if (m.error) {
         switch (*m.error) {
         case errc::method_not_allowed: {
@@ -68,15 +135,15 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     }
     switch (m.id) {
     case route_id::post_message:
-        co_return co_await post_message(req, m.session_id);
+        co_return co_await post_message(req, m.session_id, who);
     case route_id::get_turn:
-        co_return co_await get_turn(m.turn_id);
+        co_return co_await get_turn(m.turn_id, who);
     case route_id::cancel_turn:
-        co_return co_await cancel_turn(m.turn_id);
+        co_return co_await cancel_turn(m.turn_id, who);
     case route_id::get_session:
-        co_return co_await get_session(m.session_id);
+        co_return co_await get_session(m.session_id, who);
     case route_id::get_tape:
-        co_return co_await get_tape(m.session_id, m.query);
+        co_return co_await get_tape(m.session_id, m.query, who);
     case route_id::list_outbox:
         co_return co_await list_outbox(m.query);
     case route_id::turn_events:
@@ -144,7 +211,8 @@ asio::awaitable<reply> api::metrics_page() {
     co_return r;
 }
 
-asio::awaitable<reply> api::post_message(const request_view& req, const std::string& sid) {
+asio::awaitable<reply> api::post_message(const request_view& req, const std::string& sid,
+                                         const caller& who) {
     if (!valid_session_id(sid))
         co_return error_reply(errc::invalid_request,
                               "invalid session id: 1-128 characters of A-Z a-z 0-9 . _ : @ - expected");
@@ -155,6 +223,7 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
     accept_request ar;
     if (auto err = parse_message_body(req.body, ar)) co_return error_reply(err->code, err->message);
     ar.session_id = sid;
+    ar.tenant = who.tenant;
     if (req.has_idempotency_key) {
         if (!valid_idempotency_key(req.idempotency_key))
             co_return error_reply(errc::invalid_request,
@@ -170,7 +239,7 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
                       {"status", "queued"},
                       {"links", turn_links(ok.turn_id)}};
     if (ok.replayed) {
-        if (auto rec = co_await rt_.get_turn(ok.turn_id)) {
+        if (auto rec = co_await rt_.get_turn(ok.turn_id, who.tenant)) {
             body["session_id"] = rec->session_id;
             body["status"] = to_string(rec->status);
         }
@@ -181,9 +250,9 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
     co_return r;
 }
 
-asio::awaitable<reply> api::get_turn(const std::string& tid) {
+asio::awaitable<reply> api::get_turn(const std::string& tid, const caller& who) {
     if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
-    auto text = co_await rt_.turn_json(tid);
+    auto text = co_await rt_.turn_json(tid, who.tenant);
     if (!text) co_return error_reply(errc::not_found, "no such turn: " + tid);
     reply r;
     r.status = 200;
@@ -191,16 +260,16 @@ asio::awaitable<reply> api::get_turn(const std::string& tid) {
     co_return r;
 }
 
-asio::awaitable<reply> api::cancel_turn(const std::string& tid) {
+asio::awaitable<reply> api::cancel_turn(const std::string& tid, const caller& who) {
     if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
-    if (auto err = co_await rt_.cancel(tid)) co_return error_reply(err->code, err->message);
+    if (auto err = co_await rt_.cancel(tid, who.tenant)) co_return error_reply(err->code, err->message);
     co_return json_reply(
         202, json::object{{"turn_id", tid}, {"status", "stopping"}, {"links", turn_links(tid)}});
 }
 
-asio::awaitable<reply> api::get_session(const std::string& sid) {
+asio::awaitable<reply> api::get_session(const std::string& sid, const caller& who) {
     if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
-    auto v = co_await rt_.get_session(sid);
+    auto v = co_await rt_.get_session({who.tenant, sid});
     if (!v) co_return error_reply(errc::not_found, "no such session: " + sid);
     const auto& s = v->record;
     json::object body{
@@ -214,7 +283,8 @@ asio::awaitable<reply> api::get_session(const std::string& sid) {
     co_return json_reply(200, body);
 }
 
-asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view query) {
+asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view query,
+                                     const caller& who) {
     if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
     auto after = query_param_int(query, "after");
     if (!after.error.empty()) co_return error_reply(errc::invalid_request, after.error);
@@ -224,8 +294,9 @@ asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view qu
     if (lim < 1 || lim > 1000) co_return error_reply(errc::invalid_request, "limit: expected 1..1000");
     std::int64_t from = after.value.value_or(0);
 
-    auto entries = co_await rt_.read_tape(sid, from, static_cast<std::size_t>(lim));
-    if (entries.empty() && !co_await rt_.get_session(sid))
+    session_ref session{who.tenant, sid};
+    auto entries = co_await rt_.read_tape(session, from, static_cast<std::size_t>(lim));
+    if (entries.empty() && !co_await rt_.get_session(session))
         co_return error_reply(errc::not_found, "no such session: " + sid);
     json::array list;
     list.reserve(entries.size());
@@ -255,6 +326,12 @@ asio::awaitable<reply> api::list_outbox(std::string_view query) {
     std::int64_t lim = limit.value.value_or(1000);
     if (lim < 1 || lim > 10000) co_return error_reply(errc::invalid_request, "limit: expected 1..10000");
     f.limit = static_cast<std::size_t>(lim);
+    // The admin's listing: every tenant's items, or one tenant's.
+    if (auto tenant = query_param(query, "tenant")) {
+        if (!valid_tenant_name(*tenant))
+            co_return error_reply(errc::invalid_request, "tenant: 1-64 characters of A-Z a-z 0-9 . _ -");
+        f.tenant = *tenant;
+    }
     auto items = co_await rt_.list_outbox(std::move(f));
     json::array list;
     list.reserve(items.size());
@@ -265,6 +342,9 @@ asio::awaitable<reply> api::list_outbox(std::string_view query) {
 
 asio::awaitable<std::variant<reply, event_stream>>
 api::open_events(const request_view& req, const std::string& tid, std::string_view query) {
+    auto authorized = authorize(req, scope::tenant);
+    if (auto* refused = std::get_if<reply>(&authorized)) co_return std::move(*refused);
+    const auto& who = std::get<caller>(authorized);
     if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
     event_stream es;
     // Last-Event-ID (what a reconnecting EventSource sends) wins over ?after=.
@@ -278,12 +358,15 @@ api::open_events(const request_view& req, const std::string& tid, std::string_vi
         es.after = *id.value;
     }
     es.log = rt_.events().find(tid);
-    if (es.log) co_return es;
-    auto rec = co_await rt_.get_turn(tid);
+    if (es.log) {
+        if (es.log->tenant() == who.tenant) co_return es;
+        co_return error_reply(errc::not_found, "no such turn: " + tid);
+    }
+    auto rec = co_await rt_.get_turn(tid, who.tenant);
     if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
     if (!is_terminal(rec->status)) {
         // Stored but not run by this process yet (recovered): its events will go to this log.
-        es.log = rt_.events().open(tid, rec->session_id);
+        es.log = rt_.events().open(tid, session_of(*rec));
         co_return es;
     }
     // Its events are no longer kept: a late subscriber still learns how it ended.

@@ -2,6 +2,7 @@
 // (server.cpp) does the I/O; this file does validation, routing and rendering.
 #pragma once
 
+#include <baton/auth.hpp>
 #include <baton/config.hpp>
 #include <baton/errors.hpp>
 #include <baton/runtime.hpp>
@@ -29,6 +30,15 @@ struct request_view {
     bool has_idempotency_key = false;
     std::string_view body;
     std::string_view last_event_id; // SSE resume header; empty when absent
+    std::string_view authorization; // the Authorization header; empty when absent
+    bool has_authorization = false;
+    std::string_view ws_protocols;  // Sec-WebSocket-Protocol (an upgrade); empty when absent
+};
+
+// Who may call what (docs/api.md "Security").
+struct access_options {
+    authenticator tokens;        // none configured: every caller is the default tenant, admin too
+    bool metrics_public = false; // GET /metrics without a token
 };
 
 // Where GET /v1/turns/{tid}/events streams from: the turn's live log, resumed after `after`; or,
@@ -52,7 +62,8 @@ reply error_reply(errc code, std::string_view message);
 class api {
 public:
     // `ready` tells /readyz whether the daemon takes traffic (false while starting or draining).
-    api(runtime& rt, std::function<bool()> ready) : rt_(rt), ready_(std::move(ready)) {}
+    api(runtime& rt, std::function<bool()> ready, access_options access = {})
+        : rt_(rt), ready_(std::move(ready)), access_(std::move(access)) {}
 
     // Cancellation: none; a request runs to its answer.
     asio::awaitable<reply> handle(const request_view& req);
@@ -60,18 +71,25 @@ public:
     asio::awaitable<std::variant<reply, event_stream>> open_events(const request_view& req,
                                                                    const std::string& tid,
                                                                    std::string_view query);
+    // The caller of a request to a resource that needs `need`, or the 401/403 to answer. A
+    // WebSocket upgrade may carry its token in a "bearer.<token>" subprotocol instead.
+    enum class scope { open, any, tenant, admin, metrics };
+    std::variant<caller, reply> authorize(const request_view& req, scope need) const;
+    bool auth_enabled() const { return access_.tokens.enabled(); }
 
 private:
-    asio::awaitable<reply> post_message(const request_view& req, const std::string& sid);
-    asio::awaitable<reply> get_turn(const std::string& tid);
-    asio::awaitable<reply> cancel_turn(const std::string& tid);
-    asio::awaitable<reply> get_session(const std::string& sid);
-    asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query);
+    asio::awaitable<reply> post_message(const request_view& req, const std::string& sid,
+                                        const caller& who);
+    asio::awaitable<reply> get_turn(const std::string& tid, const caller& who);
+    asio::awaitable<reply> cancel_turn(const std::string& tid, const caller& who);
+    asio::awaitable<reply> get_session(const std::string& sid, const caller& who);
+    asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query, const caller& who);
     asio::awaitable<reply> list_outbox(std::string_view query);
     asio::awaitable<reply> metrics_page();
 
     runtime& rt_;
     std::function<bool()> ready_;
+    access_options access_;
     // The outbox counts of the last scrape: GET /metrics needs no token, so scrapes in quick
     // succession reuse them instead of each queueing a count on the store's thread.
     struct outbox_sample {

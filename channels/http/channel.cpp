@@ -54,6 +54,8 @@ public:
         o.header_timeout = cfg.server.header_timeout;
         o.idle_timeout = cfg.server.idle_timeout;
         o.sse_heartbeat = cfg.server.sse_heartbeat;
+        o.access.tokens = authenticator(cfg.server.tokens);
+        o.access.metrics_public = cfg.server.metrics_public;
         auto& rt = host.runtime();
         server_ = std::make_unique<http_server>(
             host.get_executor(), rt, o, [this, &rt] { return ready_.load() && !rt.draining(); },

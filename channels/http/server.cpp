@@ -91,7 +91,8 @@ private:
 struct http_server::impl : std::enable_shared_from_this<impl> {
     impl(asio::any_io_executor e, runtime& rt, http_server_options o, std::function<bool()> ready,
          ws::channel* w)
-        : ex(std::move(e)), acceptor(asio::make_strand(ex)), api(rt, std::move(ready)), opts(o), ws(w),
+        : ex(std::move(e)), acceptor(asio::make_strand(ex)),
+          api(rt, std::move(ready), std::move(o.access)), opts(std::move(o)), ws(w),
           metrics(rt.fw().metrics()) {}
 
     asio::any_io_executor ex;
@@ -340,6 +341,11 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         view.body = req.body();
         if (auto it = req.find("Last-Event-ID"); it != req.end())
             view.last_event_id = it->value();
+        if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
+            view.authorization = it->value();
+            view.has_authorization = true;
+        }
+        view.ws_protocols = req[bhttp::field::sec_websocket_protocol];
         std::string turn_id, query;
         auto kind = classify(req, turn_id, query);
         if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
@@ -356,6 +362,14 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
                                                          std::string(version) + "'");
                 if (!bad_key) r.headers.emplace_back("Sec-WebSocket-Version", "13");
                 if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
+                continue;
+            }
+            // The token of the upgrade: its Authorization header, or (a browser's only way) a
+            // "bearer.<token>" subprotocol. Refused before a slot is taken.
+            auto authorized = self->api.authorize(view, http::api::scope::tenant);
+            if (auto* refused = std::get_if<http::reply>(&authorized)) {
+                if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(*refused)))
+                    break;
                 continue;
             }
             auto slot = self->ws->try_open();
@@ -379,11 +393,20 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             auto ex = stream.get_executor();
             boost::system::error_code blocking_ec;
             stream.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
-            asio::co_spawn(ex, ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release()),
+            asio::co_spawn(ex,
+                           ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release(),
+                                     std::get<caller>(std::move(authorized))),
                            log::spawn_logger{"ws connection"});
             co_return;
         }
         if (kind == stream_kind::websocket) {
+            // Authorized first: the web page probes here whether its token would be taken.
+            auto authorized = self->api.authorize(view, http::api::scope::tenant);
+            if (auto* refused = std::get_if<http::reply>(&authorized)) {
+                if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(*refused)))
+                    break;
+                continue;
+            }
             auto r = self->ws ? http::error_reply(errc::upgrade_required,
                                                   "GET /v1/ws needs a WebSocket upgrade request")
                               : http::error_reply(errc::not_found, "the WebSocket channel is disabled");

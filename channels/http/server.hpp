@@ -2,6 +2,8 @@
 // header limits, timeouts). Runs on any executor; each connection on its own strand.
 #pragma once
 
+#include "channels/http/api.hpp"
+
 #include <baton/runtime.hpp>
 
 #include <boost/asio/any_io_executor.hpp>
@@ -20,6 +22,7 @@ struct http_server_options {
     std::chrono::milliseconds idle_timeout{60000};   // keep-alive wait for the next request
     std::chrono::milliseconds body_timeout{30000};
     std::chrono::milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
+    http::access_options access;                    // tokens; /metrics without one
 };
 
 namespace ws {

@@ -88,6 +88,7 @@ asio::awaitable<bool> wait_until(worker& w, const options& o, time_ms slot) {
 asio::awaitable<void> fire(runtime& rt, const schedule_config& c, time_ms slot) {
     accept_request req;
     req.session_id = c.session;
+    req.tenant = c.tenant;
     req.agent = c.agent;
     req.channel = "schedule";
     req.text = c.text;

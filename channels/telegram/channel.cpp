@@ -18,6 +18,7 @@ std::optional<options> options_from(const channels_config& c, std::string& error
     o.token = token;
     o.allow_chats = c.telegram_allow_chats;
     o.agent = c.telegram_agent;
+    o.tenant = c.telegram_tenant;
     o.debounce = c.telegram_debounce;
     o.send_interval = c.telegram_send_interval;
     o.poll_timeout = std::chrono::seconds(c.telegram_poll_timeout_s);

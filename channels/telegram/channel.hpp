@@ -27,6 +27,7 @@ struct options {
     std::string token;                    // never logged, nor any URL holding it
     std::vector<std::string> allow_chats; // empty: every chat
     std::string agent = "default";
+    std::string tenant{default_tenant}; // whose sessions the chats are
     std::chrono::milliseconds debounce{0};
     std::chrono::seconds poll_timeout{25};
     std::chrono::milliseconds send_interval{1000}; // between two sends to one chat

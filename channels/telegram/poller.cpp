@@ -319,6 +319,7 @@ asio::awaitable<bool> poller::impl::admit(const ready_message& m) {
     accept_request req;
     req.session_id = "telegram:" + m.chat_id;
     req.agent = opts.agent;
+    req.tenant = opts.tenant;
     req.channel = "telegram";
     req.text = m.text();
     req.metadata = metadata_of(m);

@@ -45,6 +45,7 @@ asio::awaitable<bool> channel::dispatch(turn_context& ctx, const outbound& item)
     if (item.channel != "ws") co_return false;
     outbox_item o;
     o.turn_id = ctx.inbound.turn_id;
+    o.tenant = ctx.inbound.tenant;
     o.session_id = ctx.session_id;
     o.channel = "ws";
     o.recipient = ctx.session_id;
@@ -72,7 +73,7 @@ void channel::attach(const std::shared_ptr<connection>& c) {
 }
 
 void channel::detach(const connection* c) {
-    std::vector<std::pair<std::string, std::uint64_t>> sessions;
+    std::vector<std::pair<session_ref, std::uint64_t>> sessions;
     {
         std::lock_guard lock(mutex_);
         auto it = conns_.find(c);
@@ -80,7 +81,7 @@ void channel::detach(const connection* c) {
         sessions = std::move(it->second.sessions);
         conns_.erase(it);
         for (const auto& [sid, listener] : sessions) {
-            auto s = by_session_.find(sid);
+            auto s = by_session_.find(sid.key());
             if (s == by_session_.end()) continue;
             std::erase_if(s->second, [c](const std::weak_ptr<connection>& w) {
                 auto p = w.lock();
@@ -94,26 +95,27 @@ void channel::detach(const connection* c) {
 }
 
 asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
-                                         const std::string& session_id) {
+                                         const session_ref& session) {
     {
         std::lock_guard lock(mutex_);
         auto it = conns_.find(c.get());
         if (it == conns_.end()) co_return; // already gone
         auto& subs = it->second.sessions;
-        if (std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session_id; }))
+        if (std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session; }))
             co_return;
         std::weak_ptr<connection> weak = c;
-        auto listener = rt_.events().listen(session_id, [weak](const turn_log& log, const event_ptr& e) {
+        auto listener = rt_.events().listen(session, [weak](const turn_log& log, const event_ptr& e) {
             if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
         });
-        subs.emplace_back(session_id, listener);
-        by_session_[session_id].push_back(weak);
+        subs.emplace_back(session, listener);
+        by_session_[session.key()].push_back(weak);
     }
     // Every reply of the session not acked yet, with its key (clients drop keys they have seen).
     store::outbox_filter unacked;
     unacked.statuses = {outbox_status::pending, outbox_status::sending};
     unacked.channel = "ws";
-    unacked.session_id = session_id;
+    unacked.tenant = session.tenant;
+    unacked.session_id = session.id;
     for (const auto& item : co_await rt_.list_outbox(std::move(unacked)))
         c->send(reply_frame(item));
 }
@@ -122,7 +124,7 @@ void channel::deliver(const outbox_item& item) {
     std::vector<std::shared_ptr<connection>> targets;
     {
         std::lock_guard lock(mutex_);
-        auto it = by_session_.find(item.session_id);
+        auto it = by_session_.find(session_ref(item.tenant, item.session_id).key());
         if (it == by_session_.end()) return;
         for (const auto& w : it->second)
             if (auto c = w.lock()) targets.push_back(std::move(c));

@@ -61,7 +61,7 @@ public:
     // `c` follows the session from now on (its turns' events and its replies), and is sent every
     // reply of the session not yet acked. Subscribing again changes nothing.
     // Cancellation: none.
-    asio::awaitable<void> subscribe(const std::shared_ptr<connection>& c, const std::string& session_id);
+    asio::awaitable<void> subscribe(const std::shared_ptr<connection>& c, const session_ref& session);
 
     // Sends a stored reply to the session's subscribers.
     void deliver(const outbox_item& item);
@@ -74,7 +74,7 @@ private:
 
     struct attached {
         std::weak_ptr<connection> conn;
-        std::vector<std::pair<std::string, std::uint64_t>> sessions; // with their event listeners
+        std::vector<std::pair<session_ref, std::uint64_t>> sessions; // with their event listeners
     };
 
     runtime& rt_;
@@ -82,7 +82,7 @@ private:
     std::shared_ptr<std::atomic<std::size_t>> open_ = std::make_shared<std::atomic<std::size_t>>(0);
     std::mutex mutex_;
     std::unordered_map<const connection*, attached> conns_;
-    std::unordered_map<std::string, std::vector<std::weak_ptr<connection>>> by_session_;
+    std::unordered_map<std::string, std::vector<std::weak_ptr<connection>>> by_session_; // by key()
 };
 
 // {"type":"reply","session","turn_id","key","text","uncertain"}

@@ -29,8 +29,8 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // coroutine handles what the client sends. Both run on the connection's strand.
 class session final : public connection, public std::enable_shared_from_this<session> {
 public:
-    session(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream)
-        : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)) {}
+    session(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream, caller who)
+        : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)), who_(std::move(who)) {}
 
     void send(std::string frame) override {
         {
@@ -80,6 +80,7 @@ private:
     channel& ch_;
     std::shared_ptr<void> slot_; // this connection's place among max_connections
     websocket::stream<beast::tcp_stream> ws_;
+    const caller who_; // the tenant every frame of this connection acts for
     std::mutex mutex_;
     std::deque<std::string> queue_;
     bool writer_running_ = false; // stays true once closing: nothing more is written
@@ -124,8 +125,14 @@ asio::awaitable<bool> session::accept(bhttp::request<bhttp::string_body> req) {
     timeouts.idle_timeout = ch_.opts().idle_timeout;
     timeouts.keep_alive_pings = true;
     ws_.set_option(timeouts);
-    ws_.set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) { res.set(bhttp::field::server, "baton"); }));
+    // A client that offered "baton.v1" (the web page, with its token as "bearer.<token>") gets it
+    // back: a browser fails a connection whose offer the server leaves unanswered. The token is
+    // never echoed.
+    bool baton_v1 = parse_ws_protocols(req[bhttp::field::sec_websocket_protocol]).baton_v1;
+    ws_.set_option(websocket::stream_base::decorator([baton_v1](websocket::response_type& res) {
+        res.set(bhttp::field::server, "baton");
+        if (baton_v1) res.set(bhttp::field::sec_websocket_protocol, "baton.v1");
+    }));
     // The size limit is ours (see the read loop): Beast's own (read_message_max) tears the TCP
     // connection down before the peer has read the 1009 close frame.
     ws_.read_message_max(0);
@@ -194,12 +201,12 @@ asio::awaitable<void> session::handle(std::string_view text) {
             send(error_frame(id, "invalid_request", "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
             co_return;
         }
-        co_await ch_.subscribe(shared_from_this(), sid);
+        co_await ch_.subscribe(shared_from_this(), session_ref(who_.tenant, sid));
     } else if (type == "ack") {
         std::string key(string_field(f, "key"));
         if (key.empty()) {
             send(error_frame(id, "invalid_request", "ack: key (a string) is required"));
-        } else if (!co_await ch_.rt().outbox_delivered(key)) {
+        } else if (!co_await ch_.rt().outbox_delivered(key, "", who_.tenant)) {
             send(error_frame(id, "not_found", "no outbox item with key " + key));
         }
     } else if (type == "cancel") {
@@ -208,7 +215,7 @@ asio::awaitable<void> session::handle(std::string_view text) {
             send(error_frame(id, "invalid_request", "cancel: turn_id (a string) is required"));
             co_return;
         }
-        if (auto err = co_await ch_.rt().cancel(tid))
+        if (auto err = co_await ch_.rt().cancel(tid, who_.tenant))
             send(error_frame(id, code_name(err->code), err->message));
     } else {
         send(error_frame(id, "invalid_request",
@@ -221,6 +228,7 @@ asio::awaitable<void> session::handle(std::string_view text) {
 asio::awaitable<void> session::on_message(const json::object& f, std::string_view id) {
     accept_request ar;
     ar.channel = "ws";
+    ar.tenant = who_.tenant;
     ar.session_id = string_field(f, "session");
     if (!valid_session_id(ar.session_id)) {
         send(error_frame(id, "invalid_request", "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
@@ -240,7 +248,7 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
         ar.agent = agent->get_string();
     }
     // The sender follows its session: it sees the turn's events and gets the reply.
-    co_await ch_.subscribe(shared_from_this(), ar.session_id);
+    co_await ch_.subscribe(shared_from_this(), session_ref(who_.tenant, ar.session_id));
     // `accepted` goes out as soon as the message is stored (accept() calls this for every message
     // it accepts, replays included, while this frame waits for it), before the turn can start:
     // its events and reply, sent from other threads as they happen, always come after it.
@@ -254,8 +262,8 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
 } // namespace
 
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream,
-                            bhttp::request<bhttp::string_body> req) {
-    auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream));
+                            bhttp::request<bhttp::string_body> req, caller who) {
+    auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream), std::move(who));
     if (!co_await s->accept(std::move(req))) co_return;
     // This coroutine ends here, with the upgrade request it holds.
     auto ex = s->executor();

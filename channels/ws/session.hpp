@@ -4,6 +4,8 @@
 
 #include "channels/ws/channel.hpp"
 
+#include <baton/auth.hpp>
+
 #include <boost/asio/awaitable.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
@@ -14,7 +16,9 @@ namespace baton::ws {
 // Accepts the upgrade on a connection slot taken with channel::try_open, then reads frames (and
 // writes, while there is something to send) until the connection ends.
 // Cancellation: closing the socket (channel::stop).
+// `who` is the caller the upgrade authenticated: every frame acts as its tenant.
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, boost::beast::tcp_stream stream,
-                            boost::beast::http::request<boost::beast::http::string_body> req);
+                            boost::beast::http::request<boost::beast::http::string_body> req,
+                            caller who);
 
 } // namespace baton::ws

@@ -180,6 +180,7 @@ void ws_client_channel::attach(channel_host& h) {
         if (item.channel != self->o.name) co_return false;
         outbox_item o;
         o.turn_id = ctx.inbound.turn_id;
+        o.tenant = ctx.inbound.tenant;
         o.session_id = ctx.session_id;
         o.channel = self->o.name;
         o.recipient = item.to;

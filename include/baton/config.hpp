@@ -71,9 +71,19 @@ struct tool_config {
     boost::json::object parameters{{"type", "object"}, {"properties", boost::json::object{}}};
 };
 
+// A bearer token (docs/api.md "Security"): only its SHA-256 is kept. A config may give the token
+// itself (`token`, hashed when read); check-config warns about that.
 struct token_config {
     std::string sha256; // lower-case hex of the bearer token
     std::string tenant;
+    // "tenant": the tenant's own sessions, turns, events, tape, usage; "admin": the outbox
+    // listing and /metrics. Absent in the config: {"tenant"}.
+    std::vector<std::string> scopes{"tenant"};
+};
+
+struct tls_config {
+    std::string cert_file; // PEM: the certificate, then any intermediates
+    std::string key_file;  // PEM private key
 };
 
 struct server_config {
@@ -81,6 +91,8 @@ struct server_config {
     std::int64_t threads = 0; // 0: hardware concurrency
     std::int64_t max_body_bytes = 1048576;
     std::vector<token_config> tokens;
+    bool metrics_public = false; // GET /metrics without a token even when tokens are configured
+    std::optional<tls_config> tls;
     milliseconds header_timeout{10000};
     milliseconds idle_timeout{60000};
     milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
@@ -100,6 +112,17 @@ struct webhook_target {
     std::map<std::string, std::string> headers; // sent with every POST (e.g. Authorization)
 };
 
+// Per-tenant limits (docs/api.md "Quotas"); 0: no limit.
+struct tenant_limits {
+    std::int64_t max_running_turns = 0; // beyond it, the tenant's turns wait in their queues
+    std::int64_t turns_per_minute = 0;  // GCRA; beyond it, 429 rate_limited
+    std::int64_t tokens_per_day = 0;    // prompt + completion tokens (UTC day); 429 quota_exceeded
+};
+
+struct tenant_config {
+    tenant_limits limits;
+};
+
 struct schedule_config {
     // Unique among the schedules; names its cursor and idempotency keys. When the config gives
     // none: "s<index>-<8 hex digits of a hash of the spec, session, agent and text>".
@@ -108,6 +131,7 @@ struct schedule_config {
     std::string cron;
     std::string session;
     std::string agent = "default";
+    std::string tenant = "default"; // whose session it writes to
     std::string text;
     // Where the reply goes, as a message's "deliver": null (the turn record only) or
     // {"channel", "to"} (e.g. a webhook target).
@@ -126,6 +150,7 @@ struct channels_config {
     std::string telegram_api_base = "https://api.telegram.org";
     std::vector<std::string> telegram_allow_chats;
     std::string telegram_agent = "default";    // the agent that answers Telegram chats
+    std::string telegram_tenant = "default";   // whose sessions the chats are
     milliseconds telegram_debounce{0};         // 0: every message is a turn of its own
     milliseconds telegram_send_interval{1000}; // between two sends to one chat
     std::int64_t telegram_poll_timeout_s = 25; // getUpdates long-poll timeout (1-50 s)
@@ -138,6 +163,7 @@ struct config {
     std::map<std::string, agent_config> agents; // never empty after parsing: "default" is made
     std::map<std::string, tool_config> tools;
     channels_config channels;
+    std::map<std::string, tenant_config> tenants; // tenants without an entry have no limits
 };
 
 struct config_error {
@@ -148,7 +174,8 @@ struct config_error {
 
 struct config_result {
     config cfg;
-    std::vector<config_error> errors; // empty when valid
+    std::vector<config_error> errors;   // empty when valid
+    std::vector<config_error> warnings; // valid, but unwise (check-config prints them; serve logs them)
 };
 
 // Parses JSON text. Every problem found is reported, not just the first.

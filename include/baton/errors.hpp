@@ -32,6 +32,10 @@ enum class errc {
     headers_too_large,     // "invalid_request", 431
     upgrade_required,      // "invalid_request", 426 (a WebSocket upgrade, version 13)
     websocket_full,        // "overloaded", 503 (channels.ws.max_connections)
+    forbidden,             // 403: a valid token without the scope (admin) the resource needs
+    rate_limited,          // 429: the tenant's turns_per_minute
+    quota_exceeded,        // 429: the tenant's tokens_per_day
+    too_many_connections,  // "overloaded", 503: server.max_connections or the per-address cap
 };
 
 const boost::system::error_category& baton_category() noexcept;

@@ -4,6 +4,8 @@
 // wakes, a reader that falls behind the log's bound sees a gap, and session listeners must not block.
 #pragma once
 
+#include <baton/types.hpp>
+
 #include <boost/json/object.hpp>
 
 #include <atomic>
@@ -38,11 +40,15 @@ using event_listener = std::function<void(const turn_log&, const event_ptr&)>;
 // One turn's events. Thread-safe.
 class turn_log {
 public:
-    turn_log(std::string turn_id, std::string session_id, std::size_t capacity,
+    turn_log(std::string turn_id, session_ref session, std::size_t capacity,
              std::function<void(const turn_log&, const event_ptr&)> fan_out);
 
     const std::string& turn_id() const { return turn_id_; }
-    const std::string& session_id() const { return session_id_; }
+    const std::string& session_id() const { return session_.id; }
+    // Whose turn: a reader of another tenant must not see its events.
+    const std::string& tenant() const { return session_.tenant; }
+    const session_ref& session() const { return session_; }
+    const std::string& session_key() const { return session_key_; }
 
     // Appends an event (seq = last + 1) and wakes the readers. After turn.finished nothing more is
     // appended. Returns the event (nullptr once finished).
@@ -66,7 +72,8 @@ public:
 
 private:
     const std::string turn_id_;
-    const std::string session_id_;
+    const session_ref session_;
+    const std::string session_key_; // session_.key(), for the hub's listeners
     const std::size_t capacity_;
     std::function<void(const turn_log&, const event_ptr&)> fan_out_;
     mutable std::mutex mutex_;
@@ -90,7 +97,7 @@ public:
     explicit event_hub(event_hub_options opts = {});
 
     // The log of a new turn (or the existing one).
-    std::shared_ptr<turn_log> open(const std::string& turn_id, const std::string& session_id);
+    std::shared_ptr<turn_log> open(const std::string& turn_id, const session_ref& session);
     // The log of a live or recently finished turn; nullptr when unknown or expired.
     std::shared_ptr<turn_log> find(const std::string& turn_id);
     // Called once a turn's log has turn.finished: it is kept for a while, then dropped.
@@ -98,8 +105,8 @@ public:
 
     // Every event of the session's turns from now on, called on the publisher's thread with no
     // hub lock held. The listener must not block (queue and post). Returns an id for unlisten.
-    std::uint64_t listen(const std::string& session_id, event_listener f);
-    void unlisten(const std::string& session_id, std::uint64_t id);
+    std::uint64_t listen(const session_ref& session, event_listener f);
+    void unlisten(const session_ref& session, std::uint64_t id);
 
     std::size_t live_logs() const;
 
@@ -121,7 +128,7 @@ private:
         std::uint64_t id;
         std::shared_ptr<event_listener> f;
     };
-    std::unordered_map<std::string, std::vector<listener>> listeners_;
+    std::unordered_map<std::string, std::vector<listener>> listeners_; // by session_ref::key()
     std::uint64_t next_listener_ = 1;
 };
 

@@ -60,7 +60,7 @@ struct inbound {
     std::string session_id; // empty: resolve_session derives `<channel>:<chat_id>`
     std::string chat_id;
     std::string agent = "default";
-    std::string tenant;
+    std::string tenant{default_tenant}; // whose session: sessions of two tenants never meet
     std::string text;
     json::object metadata;
     json::value deliver;
@@ -142,6 +142,8 @@ struct turn_context {
         history = std::move(h);
         internal.window.reset();
     }
+    // The session the turn runs in (its tenant and id), once resolve_session has run.
+    session_ref session() const { return {inbound.tenant, session_id}; }
     turn_progress& progress() { return *inbound.progress; }
     // Publishes a turn event (docs/api.md) when someone keeps the turn's events.
     void emit(std::string_view type, const json::object& data) {
@@ -194,7 +196,7 @@ struct plugin {
     // Idle compaction of one session (the runtime calls it in the session's queue, never beside
     // a turn, after on_compaction_due asked for it); every implementation runs
     // until one throws (the rest are skipped; the runtime logs the failure).
-    hook<asio::awaitable<void>(framework&, const baton::agent&, const std::string& session_id)>
+    hook<asio::awaitable<void>(framework&, const baton::agent&, const session_ref& session)>
         compact_idle;
     // True for make_default_plugin's hooks (<baton/pipeline.hpp>), which hand the session's
     // context to the model as stored; any other load_state, build_prompt, run_model or
@@ -237,9 +239,9 @@ public:
 
     // Idle compaction (the runtime's timer calls it in the session's queue, never beside a turn):
     // compacts the session's cached window when its estimate crossed the first threshold.
-    asio::awaitable<void> compact_session(std::string session_id, std::string agent);
+    asio::awaitable<void> compact_session(session_ref session, std::string agent);
     // Told after a turn whose session would be compacted when idle: (session, agent, after).
-    std::function<void(const std::string&, const std::string&, std::chrono::milliseconds)>
+    std::function<void(const session_ref&, const std::string&, std::chrono::milliseconds)>
         on_compaction_due;
 
 private:

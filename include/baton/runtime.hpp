@@ -31,7 +31,7 @@ struct accepted {
 };
 
 struct accept_request {
-    std::string tenant;
+    std::string tenant{default_tenant}; // whose session (docs/api.md "Tenants")
     std::string session_id;
     std::string agent = "default";
     std::string channel = "http";
@@ -74,27 +74,34 @@ public:
     // Admits a message: completes once it is durably stored (or refused). Cancellation: none.
     asio::awaitable<accept_result> accept(accept_request req);
 
+    // Tenants: a call that names a turn, a session or an outbox item answers one of another
+    // tenant as it answers an unknown one (nullopt, false, not_found): a caller cannot learn that
+    // it exists. Where `tenant` is a parameter, empty matches every tenant (code that serves them
+    // all); a channel passes its caller's.
+
     // The turn's record. Turns queued, running or recently finished in this process are answered
     // from memory (without `input`, which stays in the store); others from the store.
-    asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id);
+    asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id, std::string tenant = {});
     // The same record's public JSON (docs/api.md "Turn record"), as GET /v1/turns/{tid} answers it.
-    asio::awaitable<std::optional<std::string>> turn_json(std::string turn_id);
-    asio::awaitable<std::optional<session_view>> get_session(std::string session_id);
-    asio::awaitable<std::vector<tape_entry>> read_tape(std::string session_id, std::int64_t after,
+    asio::awaitable<std::optional<std::string>> turn_json(std::string turn_id, std::string tenant = {});
+    asio::awaitable<std::optional<session_view>> get_session(session_ref session);
+    asio::awaitable<std::vector<tape_entry>> read_tape(session_ref session, std::int64_t after,
                                                        std::size_t limit);
 
-    // The outbox (docs/api.md "Delivery"). Items in creation order, filtered.
+    // The outbox (docs/api.md "Delivery"). Items in creation order, filtered (filter.tenant: of
+    // that tenant only).
     asio::awaitable<std::vector<outbox_item>> list_outbox(store::outbox_filter filter);
     // Stores items before anything is sent; an item whose key is already stored is left as it is.
     // Publishes outbox.enqueued on the turn's events. Returns the items stored by this call.
     asio::awaitable<std::vector<outbox_item>> enqueue_outbox(std::vector<outbox_item> items);
     // A recipient confirmed an item (WebSocket ack): delivered. False when the key is unknown, or
-    // when `channel` is given and the item is another channel's.
-    asio::awaitable<bool> outbox_delivered(std::string key, std::string channel = {});
+    // when `channel` is given and the item is another channel's, or `tenant` and another tenant's.
+    asio::awaitable<bool> outbox_delivered(std::string key, std::string channel = {},
+                                           std::string tenant = {});
 
     // Cancels a queued or running turn: it ends `stopped` (a running one keeps its partial reply).
-    // Errors: not_found, turn_not_running (already finished).
-    asio::awaitable<std::optional<api_error>> cancel(std::string turn_id);
+    // Errors: not_found (also another tenant's turn), turn_not_running (already finished).
+    asio::awaitable<std::optional<api_error>> cancel(std::string turn_id, std::string tenant = {});
 
     // Picks up what an earlier process left: queued turns run again in accept order; turns that
     // were mid-run end `failed` with error.code "abandoned". Returns how many turns it touched.

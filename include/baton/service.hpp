@@ -135,13 +135,14 @@ public:
         return detail::async_run<turn_record>(get_executor(), get_turn(std::move(turn_id)),
                                               std::forward<Token>(token));
     }
-    // Up to `limit` (1..1000) tape entries of the session with id > after, oldest first.
-    // Handler: void(error_code, std::vector<tape_entry>). Errors: not_found (no such session),
-    // invalid_request (limit). Cancellation: none.
+    // Up to `limit` (1..1000) tape entries of the session with id > after, oldest first. A bare
+    // session id names a session of the default tenant. Handler: void(error_code,
+    // std::vector<tape_entry>). Errors: not_found (no such session), invalid_request (limit).
+    // Cancellation: none.
     template <class Token>
-    auto async_read_tape(std::string session_id, std::int64_t after, std::size_t limit, Token&& token) {
+    auto async_read_tape(session_ref session, std::int64_t after, std::size_t limit, Token&& token) {
         return detail::async_run<std::vector<tape_entry>>(
-            get_executor(), read_tape(std::move(session_id), after, limit), std::forward<Token>(token));
+            get_executor(), read_tape(std::move(session), after, limit), std::forward<Token>(token));
     }
     // Stops a queued or running turn: it ends `stopped`. Handler: void(error_code). Errors:
     // not_found, turn_not_running (it had already ended). Cancellation: none.
@@ -179,7 +180,7 @@ public:
         boost::asio::awaitable<detail::outcome<service_event>> next();
         std::shared_ptr<state> state_;
     };
-    subscription subscribe_session(const std::string& session_id);
+    subscription subscribe_session(const session_ref& session);
     // Errors: not_found when the turn is unknown or its events have expired (the record still
     // answers async_get_turn).
     subscription subscribe_turn(const std::string& turn_id, boost::system::error_code& ec);
@@ -194,7 +195,7 @@ private:
     boost::asio::awaitable<detail::outcome<turn_record>> wait_turn(std::string turn_id);
     boost::asio::awaitable<detail::outcome<turn_record>> get_turn(std::string turn_id);
     boost::asio::awaitable<detail::outcome<std::vector<tape_entry>>>
-    read_tape(std::string session_id, std::int64_t after, std::size_t limit);
+    read_tape(session_ref session, std::int64_t after, std::size_t limit);
     boost::asio::awaitable<detail::outcome<detail::nothing>> cancel(std::string turn_id);
 
     std::unique_ptr<impl> impl_;

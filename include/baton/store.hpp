@@ -2,6 +2,9 @@
 // Implementations are synchronous and thread-safe; the runtime calls blocking ones off its socket
 // threads (see store_runner). Every store passes the same conformance suite (tests/store_test.cpp).
 // Calls naming an unknown turn (mark_running, finish_turn) or a duplicate turn id throw.
+// Sessions are named by tenant and id (session_ref): two tenants' sessions never share a row, a
+// tape or an idempotency key. Turn ids and outbox keys are unique across tenants; their records
+// carry their tenant.
 #pragma once
 
 #include <baton/types.hpp>
@@ -16,7 +19,7 @@
 namespace baton {
 
 struct idempotency {
-    std::string key;         // empty: no Idempotency-Key
+    std::string key;         // empty: no Idempotency-Key; a key is the tenant's (turn_record::tenant)
     std::string fingerprint; // what the request said, to tell a replay from a reuse
 };
 
@@ -33,6 +36,7 @@ struct state_update {
     std::string turn_id;
     std::vector<tape_entry> entries; // ids are assigned by the store
     std::optional<json::object> state;
+    std::string tenant{default_tenant}; // whose session
 };
 
 class store {
@@ -42,7 +46,8 @@ public:
     // True when calls may block (disk); the runtime then runs them on its store thread.
     virtual bool blocking() const = 0;
 
-    // Durably stores a queued turn and creates or touches its session. With a key already used:
+    // Durably stores a queued turn and creates or touches its session (t.tenant, t.session_id).
+    // With a key the tenant already used:
     // `replayed` when the fingerprint matches, `key_reused` when it does not (nothing stored).
     virtual insert_result insert_turn(const turn_record& t, const idempotency& idem) = 0;
 
@@ -56,13 +61,13 @@ public:
     virtual void finish_turn(const turn_record& t) = 0;
 
     virtual std::optional<turn_record> get_turn(const std::string& turn_id) = 0;
-    virtual std::optional<session_record> get_session(const std::string& session_id) = 0;
+    virtual std::optional<session_record> get_session(const session_ref& session) = 0;
 
     // Entries with id > after, ascending, at most `limit`.
-    virtual std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+    virtual std::vector<tape_entry> read_tape(const session_ref& session, std::int64_t after,
                                               std::size_t limit) = 0;
     // The last `limit` entries, ascending (context assembly; never the whole tape).
-    virtual std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) = 0;
+    virtual std::vector<tape_entry> tape_tail(const session_ref& session, std::size_t limit) = 0;
 
     // Turns left queued or running by an earlier process, in accept order.
     virtual std::vector<turn_record> unfinished_turns() = 0;
@@ -74,11 +79,12 @@ public:
     virtual bool update_outbox(const outbox_item& item) = 0;
     virtual std::optional<outbox_item> get_outbox(const std::string& key) = 0;
     // Items in creation order, filtered (empty filter fields match everything): `statuses` any of
-    // them, `uncertain_only`, `channel`, `session_id`; at most `limit`.
+    // them, `uncertain_only`, `channel`, `tenant`, `session_id`; at most `limit`.
     struct outbox_filter {
         std::vector<outbox_status> statuses;
         bool uncertain_only = false;
         std::string channel;
+        std::string tenant;
         std::string session_id;
         std::size_t limit = 1000;
     };

@@ -14,6 +14,29 @@ namespace baton {
 
 namespace json = boost::json;
 
+// The tenant of a daemon without tokens, of an embedder that has no tenants, and of data stored
+// before tenants existed.
+inline constexpr std::string_view default_tenant = "default";
+
+// A session's name: its tenant and its id. Sessions of two tenants are two sessions, even with one
+// id. A bare id names a session of the default tenant.
+struct session_ref {
+    std::string tenant{default_tenant};
+    std::string id;
+
+    session_ref() = default;
+    session_ref(std::string tenant_name, std::string session_id)
+        : tenant(std::move(tenant_name)), id(std::move(session_id)) {}
+    session_ref(std::string session_id) : id(std::move(session_id)) {} // NOLINT: implicit
+    session_ref(const char* session_id) : id(session_id) {}             // NOLINT: implicit
+    // One string per session, for maps: "<tenant>/<id>" ('/' is in neither).
+    std::string key() const;
+    friend bool operator==(const session_ref&, const session_ref&) = default;
+};
+
+// 1-64 characters of [A-Za-z0-9._-] (a tenant's name in the config and in every record).
+bool valid_tenant_name(std::string_view name);
+
 // Milliseconds since the Unix epoch; rendered as RFC 3339 UTC with milliseconds.
 using time_ms = std::int64_t;
 time_ms now_ms();
@@ -48,7 +71,7 @@ struct turn_record {
     std::string turn_id;
     std::string session_id;
     std::string agent = "default";
-    std::string tenant;
+    std::string tenant{default_tenant};
     turn_status status = turn_status::queued;
     std::optional<std::string> reply;
     bool refusal = false; // the reply is the model's refusal: "refusal": true in the JSON
@@ -73,6 +96,9 @@ enum class tape_kind { message, tool_call, tool_result, anchor, event, error };
 std::string_view to_string(tape_kind k);
 std::optional<tape_kind> parse_tape_kind(std::string_view s);
 
+// The session a turn belongs to.
+inline session_ref session_of(const turn_record& t) { return {t.tenant, t.session_id}; }
+
 struct tape_entry {
     std::int64_t id = 0; // assigned by the store, increasing per session
     tape_kind kind = tape_kind::message;
@@ -90,7 +116,7 @@ tape_entry make_event_entry(std::string_view name, json::value data);
 struct session_record {
     std::string session_id;
     std::string agent = "default";
-    std::string tenant;
+    std::string tenant{default_tenant};
     std::int64_t turns = 0;
     std::optional<std::string> last_turn_id;
     json::object state;
@@ -106,6 +132,7 @@ std::optional<outbox_status> parse_outbox_status(std::string_view s);
 struct outbox_item {
     std::string key;
     std::string turn_id;
+    std::string tenant{default_tenant}; // its session's
     std::string session_id;
     std::string channel;
     std::string recipient;

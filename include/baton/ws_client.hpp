@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace baton {
 
@@ -27,6 +28,9 @@ public:
     // With `idle`, a later receive() fails when nothing arrives for that long; with `ping` too,
     // a quiet connection is pinged, so only a dead peer (no pong either) fails it.
     // Cancellation: none beyond the timeout.
+    // A header sent with the upgrade request (Authorization, Sec-WebSocket-Protocol); before connect().
+    void set_header(std::string name, std::string value);
+
     boost::asio::awaitable<std::pair<boost::system::error_code, unsigned>>
     connect(std::string target, std::chrono::milliseconds timeout,
             std::optional<std::chrono::milliseconds> idle = {}, bool ping = false);

@@ -79,8 +79,10 @@ std::string str(const json::object& o, std::string_view key) {
 }
 
 struct remote_chat {
-    remote_chat(asio::io_context& c, chat_url u, std::string url_text, std::string sid)
+    remote_chat(asio::io_context& c, chat_url u, std::string url_text, std::string sid,
+                std::optional<std::string> bearer)
         : ioc(c), url(std::move(u)), url_text(std::move(url_text)), session(std::move(sid)),
+          token(std::move(bearer)),
           tty(::isatty(0) == 1), wake(c), grace(c), stop_after(c),
           http(std::make_shared<http_client>(c.get_executor())) {}
 
@@ -94,6 +96,7 @@ struct remote_chat {
     chat_url url;
     std::string url_text;
     std::string session;
+    std::optional<std::string> token; // sent as Authorization: Bearer on the upgrade and polls
     bool tty;
     chat_view view{std::cout, chat_view::mode::remote, dim_stdout()};
     std::vector<message> messages;        // "c-N" is messages[N-1]
@@ -265,7 +268,9 @@ struct remote_chat {
             if (!messages[i].accepted || messages[i].done) continue;
             std::string tid = messages[i].turn_id;
             std::string method = "GET", target = url.http_base + "/v1/turns/" + tid;
-            auto [ec, res] = co_await http->request(method, target, {}, {}, 5s);
+            http_headers headers;
+            if (token) headers.emplace_back("Authorization", "Bearer " + *token);
+            auto [ec, res] = co_await http->request(method, target, std::move(headers), {}, 5s);
             if (ec || res.status != 200) continue;
             boost::system::error_code pec;
             auto v = json::parse(res.body, pec);
@@ -288,8 +293,19 @@ struct remote_chat {
         asio::steady_timer pause(ioc);
         while (exit_code < 0) {
             auto c = std::make_shared<ws_client>(ioc.get_executor(), url.host, url.port);
+            if (token) c->set_header("Authorization", "Bearer " + *token);
             auto [ec, status] = co_await c->connect(url.target, 5s, 20s, true);
             if (exit_code >= 0) co_return;
+            if (ec && (status == 401 || status == 403)) {
+                // Trying again cannot help: say so once, and never print the token.
+                std::cerr << "baton: " << url_text << " refused the connection (HTTP " << status << "): "
+                          << (status == 403 ? "the token lacks the tenant scope"
+                              : token     ? "the token is not valid"
+                                          : "the daemon needs a token: --token or BATON_TOKEN")
+                          << "\n";
+                finish(1);
+                co_return;
+            }
             if (ec) {
                 std::string why = status > 0 ? "HTTP " + std::to_string(status) +
                                                    " (no WebSocket channel at " + url.target + ")"
@@ -341,7 +357,7 @@ int run_remote_chat(const chat_options& opts) {
         return 2;
     }
     asio::io_context ioc(1);
-    remote_chat chat(ioc, *url, *opts.url, opts.session);
+    remote_chat chat(ioc, *url, *opts.url, opts.session, opts.token);
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int) {
         if (!ec) chat.finish(130);

@@ -2,9 +2,14 @@
 #include "src/app/chat.hpp"
 #include "src/app/serve.hpp"
 
+#include <baton/auth.hpp>
 #include <baton/config.hpp>
 #include <baton/types.hpp>
 
+#include <boost/json/serialize.hpp>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -20,6 +25,7 @@ commands:
   serve          run the daemon (HTTP API on 127.0.0.1:8080 by default)
   chat           terminal chat, in-process or with a running daemon (--url)
   check-config   validate a config file
+  token          make a bearer token (token new) or hash one (token hash)
 options:
   --version      print the version
   --help         this text; `baton <command> --help` for a command's options
@@ -49,6 +55,7 @@ Lines starting with / are direct commands (/help, /model, /reset, /handoff, /sto
   --session ID     the session (1-128 of A-Z a-z 0-9 . _ : @ -; default chat:$USER)
   --url URL        talk to a running daemon over its WebSocket channel: ws://HOST:PORT[/v1/ws]
                    or http://HOST:PORT (mapped to ws://HOST:PORT/v1/ws)
+  --token TOKEN    with --url: the bearer token (default: $BATON_TOKEN)
   --config FILE    in-process: the JSON config (docs/api.md); without it the embedded default
                    (agent "default", the echo model unless BATON_MODEL=openai:<model>)
   --data DIR       in-process: keep the conversation in SQLite at DIR/baton.db (default: in
@@ -59,7 +66,17 @@ exits 130. Exit 2 for bad options, 1 when the daemon cannot be reached.
 
 const char* check_help = R"(usage: baton check-config FILE
 
-Validates FILE and prints every error with its JSON path. Exit 0 valid, 2 invalid.
+Validates FILE and prints every error with its JSON path, then every warning (a token in clear
+text; a non-loopback address with tokens but no TLS). Exit 0 valid (warnings or not), 2 invalid.
+)";
+
+const char* token_help = R"(usage: baton token new --tenant NAME [--scope tenant|admin]...
+       baton token hash < TOKEN
+
+  new    prints a fresh random bearer token on the first line and, on the second, the entry of
+         server.tokens that holds only its SHA-256. Keep the token; put the entry in the config.
+         --scope may be given more than once (default: tenant).
+  hash   reads a token from stdin (one line) and prints its SHA-256, for a server.tokens entry.
 )";
 
 int usage_error(const std::string& msg, const char* help) {
@@ -137,9 +154,16 @@ int chat(const std::vector<std::string>& args) {
             opts.config_file = value;
         else if (name == "--data")
             opts.data_dir = value;
+        else if (name == "--token")
+            opts.token = value;
         else
             return usage_error("unknown option " + a, chat_help);
     }
+    if (!opts.token) {
+        if (const char* env = std::getenv("BATON_TOKEN"); env && *env) opts.token = env;
+    }
+    if (opts.token && !opts.url && std::find(args.begin(), args.end(), "--token") != args.end())
+        return usage_error("--token is for a daemon (--url), not the in-process chat", chat_help);
     if (!baton::valid_session_id(opts.session))
         return usage_error("--session: expected 1-128 characters of A-Z a-z 0-9 . _ : @ -", chat_help);
     if (opts.url && (opts.config_file || opts.data_dir))
@@ -156,8 +180,55 @@ int check_config(const std::vector<std::string>& args) {
     auto result = baton::load_config_file(args[0]);
     for (const auto& e : result.errors)
         std::cout << args[0] << ": " << e.to_string() << "\n";
+    for (const auto& w : result.warnings)
+        std::cout << args[0] << ": warning: " << w.to_string() << "\n";
     if (!result.errors.empty()) return 2;
     std::cout << args[0] << ": ok\n";
+    return 0;
+}
+
+int token(const std::vector<std::string>& args) {
+    if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+        std::cout << token_help;
+        return args.empty() ? 2 : 0;
+    }
+    if (args[0] == "hash") {
+        if (args.size() != 1) return usage_error("token hash takes no options", token_help);
+        std::string line;
+        std::getline(std::cin, line);
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        if (line.empty()) return usage_error("token hash: no token on stdin", token_help);
+        std::cout << baton::sha256_hex(line) << "\n";
+        return 0;
+    }
+    if (args[0] != "new") return usage_error("unknown token command " + args[0], token_help);
+    std::string tenant;
+    boost::json::array scopes;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        std::string name, value;
+        if (args[i] == "--help" || args[i] == "-h") {
+            std::cout << token_help;
+            return 0;
+        }
+        if (!option_value(args, i, name, value)) return usage_error(args[i] + " needs a value", token_help);
+        if (name == "--tenant") {
+            tenant = value;
+        } else if (name == "--scope") {
+            if (value != "tenant" && value != "admin")
+                return usage_error("--scope: expected tenant or admin", token_help);
+            if (std::find(scopes.begin(), scopes.end(), boost::json::value(value)) == scopes.end())
+                scopes.emplace_back(value);
+        } else {
+            return usage_error("unknown option " + args[i], token_help);
+        }
+    }
+    if (tenant.empty()) return usage_error("token new needs --tenant NAME", token_help);
+    if (!baton::valid_tenant_name(tenant))
+        return usage_error("--tenant: expected 1-64 characters of A-Z a-z 0-9 . _ -", token_help);
+    if (scopes.empty()) scopes.emplace_back("tenant");
+    auto t = baton::make_token();
+    boost::json::object entry{{"sha256", baton::sha256_hex(t)}, {"tenant", tenant}, {"scopes", scopes}};
+    std::cout << t << "\n" << boost::json::serialize(entry) << "\n";
     return 0;
 }
 
@@ -179,5 +250,6 @@ int main(int argc, char** argv) {
     if (cmd == "serve") return serve(args);
     if (cmd == "chat") return chat(args);
     if (cmd == "check-config") return check_config(args);
+    if (cmd == "token") return token(args);
     return usage_error("unknown command " + cmd, usage_text);
 }

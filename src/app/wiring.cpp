@@ -8,6 +8,8 @@ std::optional<config> load_config_or_report(const std::optional<std::string>& fi
     try {
         if (!file) return default_config();
         auto loaded = load_config_file(*file);
+        for (auto& w : loaded.warnings)
+            std::cerr << *file << ": warning: " << w.to_string() << "\n";
         if (loaded.errors.empty()) return std::move(loaded.cfg);
         for (auto& e : loaded.errors)
             std::cerr << *file << ": " << e.to_string() << "\n";

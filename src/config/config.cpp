@@ -50,25 +50,87 @@ void read_url(const object_reader& o, std::string_view key, std::string& out) {
     if (o.read(key, out) && !detail::is_http_url(out)) o.fail(key, std::string(http_url_message));
 }
 
-void read_token(config_errors& e, const json::value& v, std::string path, std::set<std::string>& seen,
-                token_config& out) {
-    object_reader o(e, v, std::move(path), {"sha256", "tenant"});
-    if (o.require("sha256") && o.read("sha256", out.sha256)) {
+void read_token(config_errors& e, config_errors& warnings, const json::value& v, std::string path,
+                std::set<std::string>& seen, token_config& out) {
+    object_reader o(e, v, std::move(path), {"sha256", "token", "tenant", "scopes"});
+    if (!o) return;
+    if (o.has("sha256") == o.has("token")) {
+        o.fail("", "expected exactly one of sha256, token");
+    } else if (o.has("token")) {
+        std::string clear;
+        if (o.read_text("token", clear)) {
+            // Never echoed: the warning names the place, not the token.
+            out.sha256 = sha256_hex(clear);
+            warnings.push_back({o.path("token"),
+                                "a bearer token in clear text: anyone who reads this file can use it; "
+                                "give its \"sha256\" instead (baton token hash)"});
+        }
+    } else if (o.read("sha256", out.sha256)) {
         for (char& c : out.sha256)
             c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        if (!is_hex64(out.sha256))
+        if (!is_hex64(out.sha256)) {
             o.fail("sha256", "expected 64 hex characters");
-        else if (!seen.insert(out.sha256).second)
-            o.fail("sha256", "duplicate token");
+            out.sha256.clear();
+        }
     }
-    if (o.require("tenant")) o.read_text("tenant", out.tenant);
+    if (!out.sha256.empty() && !seen.insert(out.sha256).second)
+        o.fail(o.has("token") ? "token" : "sha256", "duplicate token");
+    if (o.require("tenant") && o.read_text("tenant", out.tenant) && !valid_tenant_name(out.tenant))
+        o.fail("tenant", "expected 1-64 characters of [A-Za-z0-9._-]");
+    if (const json::array* scopes = o.array("scopes")) {
+        out.scopes.clear();
+        for (std::size_t i = 0; i < scopes->size(); ++i) {
+            const auto& s = (*scopes)[i];
+            if (!s.is_string() || (s.get_string() != "tenant" && s.get_string() != "admin")) {
+                e.push_back({index_path(o.path("scopes"), i), "expected \"tenant\" or \"admin\""});
+                continue;
+            }
+            std::string name(s.get_string());
+            if (std::find(out.scopes.begin(), out.scopes.end(), name) == out.scopes.end())
+                out.scopes.push_back(std::move(name));
+        }
+        if (scopes->empty()) o.fail("scopes", "expected at least one scope");
+    }
 }
 
-void read_server(config_errors& e, const json::value& v, server_config& out) {
+void read_tls(config_errors& e, const json::value& v, std::string path, std::optional<tls_config>& out) {
+    object_reader o(e, v, std::move(path), {"cert_file", "key_file"});
+    if (!o) return;
+    tls_config t;
+    bool ok = o.require("cert_file") && o.read_text("cert_file", t.cert_file);
+    ok = o.require("key_file") && o.read_text("key_file", t.key_file) && ok;
+    if (ok) out = std::move(t);
+}
+
+void read_tenants(config_errors& e, const json::value& v, std::map<std::string, tenant_config>& out) {
+    const json::object* all = detail::as_object(e, v, "tenants");
+    if (all == nullptr) return;
+    for (const auto& [key, value] : *all) {
+        std::string name(key.data(), key.size());
+        auto path = detail::child_path("tenants", name);
+        if (!valid_tenant_name(name)) {
+            e.push_back({path, "a tenant name is 1-64 characters of [A-Za-z0-9._-]"});
+            continue;
+        }
+        object_reader t(e, value, path, {"limits"});
+        auto& cfg = out[name];
+        if (const json::value* l = t.find("limits")) {
+            object_reader lo(e, *l, t.path("limits"),
+                             {"max_running_turns", "turns_per_minute", "tokens_per_day"});
+            lo.read("max_running_turns", cfg.limits.max_running_turns, 0);
+            lo.read("turns_per_minute", cfg.limits.turns_per_minute, 0, 1'000'000);
+            lo.read("tokens_per_day", cfg.limits.tokens_per_day, 0);
+        }
+    }
+}
+
+void read_server(config_errors& e, config_errors& warnings, const json::value& v, server_config& out) {
     object_reader o(
         e, v, "server",
         {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
-         "sse_heartbeat_ms", "events_per_turn"});
+         "sse_heartbeat_ms", "events_per_turn", "metrics_public", "tls"});
+    o.read("metrics_public", out.metrics_public);
+    if (const json::value* t = o.find("tls")) read_tls(e, *t, o.path("tls"), out.tls);
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
         o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
     o.read("threads", out.threads, 0);
@@ -81,7 +143,7 @@ void read_server(config_errors& e, const json::value& v, server_config& out) {
         std::set<std::string> seen;
         out.tokens.assign(tokens->size(), token_config{});
         for (std::size_t i = 0; i < tokens->size(); ++i)
-            read_token(e, (*tokens)[i], index_path(o.path("tokens"), i), seen, out.tokens[i]);
+            read_token(e, warnings, (*tokens)[i], index_path(o.path("tokens"), i), seen, out.tokens[i]);
     }
 }
 
@@ -291,8 +353,10 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, con
                    channels_config& out) {
     object_reader o(e, v, std::move(path),
                     {"token_env", "api_base", "allow_chats", "agent", "debounce_ms", "send_interval_ms",
-                     "poll_timeout_s"});
+                     "poll_timeout_s", "tenant"});
     if (!o) return;
+    if (o.read_text("tenant", out.telegram_tenant) && !valid_tenant_name(out.telegram_tenant))
+        o.fail("tenant", "expected 1-64 characters of [A-Za-z0-9._-]");
     std::string token_env;
     if (o.require("token_env") && o.read_text("token_env", token_env))
         out.telegram_token_env = token_env;
@@ -352,8 +416,10 @@ void read_schedule_deliver(config_errors& e, const json::value& v, std::string p
 void read_schedule(config_errors& e, const json::value& v, std::string path, const config& cfg,
                    schedule_config& out) {
     object_reader o(e, v, std::move(path),
-                    {"name", "every_ms", "cron", "session", "agent", "text", "deliver"});
+                    {"name", "every_ms", "cron", "session", "agent", "text", "deliver", "tenant"});
     if (!o) return;
+    if (o.read_text("tenant", out.tenant) && !valid_tenant_name(out.tenant))
+        o.fail("tenant", "expected 1-64 characters of [A-Za-z0-9._-]");
     if (o.read("name", out.name) && !is_schedule_name(out.name))
         o.fail("name", "expected 1-64 characters of [A-Za-z0-9._:@-]");
     if (o.has("every_ms") == o.has("cron")) o.fail("", "expected exactly one of every_ms, cron");
@@ -433,8 +499,9 @@ config_result parse_config(std::string_view json_text) {
         r.errors.push_back({"", "the config must be a JSON object"});
         return r;
     }
-    object_reader o(r.errors, root, "", {"server", "storage", "agents", "tools", "channels"});
-    if (const json::value* v = o.find("server")) read_server(r.errors, *v, r.cfg.server);
+    object_reader o(r.errors, root, "", {"server", "storage", "agents", "tools", "channels", "tenants"});
+    if (const json::value* v = o.find("server")) read_server(r.errors, r.warnings, *v, r.cfg.server);
+    if (const json::value* v = o.find("tenants")) read_tenants(r.errors, *v, r.cfg.tenants);
     if (const json::value* v = o.find("storage")) read_storage(r.errors, *v, r.cfg.storage);
     // Tools before agents (agents name tools), agents before channels (schedules name agents).
     if (const json::value* v = o.find("tools")) read_tools(r.errors, *v, r.cfg.tools);
@@ -448,6 +515,11 @@ config_result parse_config(std::string_view json_text) {
         }
     }
     if (const json::value* v = o.find("channels")) read_channels(r.errors, *v, r.cfg, r.cfg.channels);
+    if (!r.cfg.server.tokens.empty() && !r.cfg.server.tls &&
+        !detail::is_loopback_listen(r.cfg.server.listen))
+        r.warnings.push_back({"server.listen",
+                              "a non-loopback address with bearer tokens but no server.tls: tokens "
+                              "and replies cross the network in clear text"});
     return r;
 }
 

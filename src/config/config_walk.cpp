@@ -305,6 +305,13 @@ bool is_listen_address(std::string_view s) {
     return inet_pton(AF_INET, std::string(host).c_str(), addr) == 1;
 }
 
+bool is_loopback_listen(std::string_view s) {
+    std::size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos) return false;
+    std::string_view host = s.substr(0, colon);
+    return host == "localhost" || host == "[::1]" || host.starts_with("127.");
+}
+
 bool is_session_id(std::string_view s) {
     return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
         return is_plain_key(std::string_view(&c, 1)) || c == '.' || c == ':' || c == '@';

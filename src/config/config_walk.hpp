@@ -78,6 +78,8 @@ private:
 };
 
 bool is_http_url(std::string_view s);
+// An IP:PORT (as is_listen_address) on a loopback address: 127.0.0.0/8, [::1] or localhost.
+bool is_loopback_listen(std::string_view s);
 bool is_listen_address(std::string_view s); // HOST:PORT, port 0..65535, IPv6 hosts in brackets
 bool is_session_id(std::string_view s);     // 1-128 of [A-Za-z0-9._:@-]
 

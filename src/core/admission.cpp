@@ -30,7 +30,7 @@ std::int64_t turns_waiting(const session_actor& a) {
 
 void actor_registry::evict_if_idle(shard& sh, session_actor& a) {
     if (a.drainer || a.busy || !a.queue.empty()) return;
-    auto it = sh.actors.find(a.session_id);
+    auto it = sh.actors.find(a.key);
     if (it != sh.actors.end() && it->second.get() == &a) sh.actors.erase(it);
 }
 
@@ -46,9 +46,9 @@ actor_registry::reserve(const std::string& sid, const admission_config& adm, con
         auto waiting = turns_waiting(a);
         bool would_wait = (a.busy && !a.running.empty()) || waiting > 0;
         if (would_wait && adm.mode == admission_mode::reject)
-            return api_error{errc::session_busy, "session " + sid + " is running a turn"};
+            return api_error{errc::session_busy, "session " + rec.session_id + " is running a turn"};
         if (would_wait && waiting >= adm.max_queued)
-            return api_error{errc::session_queue_full, "session " + sid + " already has " +
+            return api_error{errc::session_queue_full, "session " + rec.session_id + " already has " +
                                                            std::to_string(waiting) +
                                                            " messages waiting"};
     }
@@ -74,9 +74,10 @@ void actor_registry::release(session_actor& a, const std::shared_ptr<turn_slot>&
 
 std::shared_ptr<session_actor> actor_registry::requeue(const turn_record& rec) {
     std::size_t index = 0;
-    auto& sh = shard_for(rec.session_id, &index);
+    auto key = session_of(rec).key();
+    auto& sh = shard_for(key, &index);
     std::lock_guard lock(sh.mutex);
-    auto actor = get_or_create(sh, index, rec.session_id);
+    auto actor = get_or_create(sh, index, key);
     auto slot = std::make_shared<turn_slot>();
     slot->record = rec;
     slot->ready = true;
@@ -84,8 +85,9 @@ std::shared_ptr<session_actor> actor_registry::requeue(const turn_record& rec) {
     return actor;
 }
 
-std::shared_ptr<session_actor> actor_registry::queue_compaction(const std::string& sid,
+std::shared_ptr<session_actor> actor_registry::queue_compaction(const session_ref& session,
                                                                 const std::string& agent) {
+    auto sid = session.key();
     std::size_t index = 0;
     auto& sh = shard_for(sid, &index);
     std::lock_guard lock(sh.mutex);
@@ -94,7 +96,8 @@ std::shared_ptr<session_actor> actor_registry::queue_compaction(const std::strin
         return nullptr;
     auto actor = get_or_create(sh, index, sid);
     auto slot = std::make_shared<turn_slot>();
-    slot->record.session_id = sid;
+    slot->record.tenant = session.tenant;
+    slot->record.session_id = session.id;
     slot->record.agent = agent;
     slot->ready = true;
     slot->compaction = true;

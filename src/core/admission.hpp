@@ -30,10 +30,10 @@ struct turn_slot {
 };
 
 struct session_actor {
-    session_actor(std::string sid, boost::asio::any_io_executor ex, std::size_t shard_index)
-        : session_id(std::move(sid)), strand(detail::make_thin_strand(ex)), shard(shard_index) {}
+    session_actor(std::string k, boost::asio::any_io_executor ex, std::size_t shard_index)
+        : key(std::move(k)), strand(detail::make_thin_strand(ex)), shard(shard_index) {}
 
-    const std::string session_id;
+    const std::string key; // session_ref::key(): tenant and id
     boost::asio::any_io_executor strand; // a strand (detail::make_thin_strand)
     const std::size_t shard;
     // Guarded by the shard's mutex.
@@ -53,12 +53,13 @@ struct live_status {
     std::int64_t queued = 0;
 };
 
+// Sessions are named by session_ref::key() (`key` below): two tenants' sessions are two actors.
 class actor_registry {
 public:
     explicit actor_registry(boost::asio::any_io_executor ex, std::size_t shards = 64);
 
     // Takes a place at the back of the session's queue, or says why not (reject mode, full queue).
-    std::variant<reservation, api_error> reserve(const std::string& sid, const admission_config& adm,
+    std::variant<reservation, api_error> reserve(const std::string& key, const admission_config& adm,
                                                  const turn_record& rec);
     void mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s);
     // Gives a place back (the store refused or replayed); evicts an actor left idle.
@@ -66,7 +67,7 @@ public:
     // Puts a stored turn back in its session's queue (recovery); no bound applies.
     std::shared_ptr<session_actor> requeue(const turn_record& rec);
     // Queues the session's idle compaction; null when the session is not idle (busy or queued).
-    std::shared_ptr<session_actor> queue_compaction(const std::string& sid, const std::string& agent);
+    std::shared_ptr<session_actor> queue_compaction(const session_ref& session, const std::string& agent);
 
     // True when the caller must start the session's drainer: none runs and the head is ready.
     bool claim_drainer(session_actor& a, bool draining);
@@ -79,11 +80,11 @@ public:
     std::vector<turn_record> take_ready(session_actor& a, const std::string& agent);
 
     // Takes a queued (not yet running) turn out of its session's queue; false when it is not there.
-    bool remove_queued(const std::string& sid, const std::string& turn_id);
+    bool remove_queued(const std::string& key, const std::string& turn_id);
     // The turn the session is running, or "".
-    std::string running_turn(const std::string& sid);
+    std::string running_turn(const std::string& key);
 
-    live_status status(const std::string& sid);
+    live_status status(const std::string& key);
     std::size_t live_sessions();
     // Messages waiting in every session's queue (metrics).
     std::int64_t total_waiting();

@@ -298,6 +298,7 @@ asio::awaitable<bool> delivery::impl::dispatch(turn_context& ctx, const outbound
     for (std::size_t c = 0; c < chunks.size(); ++c) {
         outbox_item o;
         o.turn_id = ctx.inbound.turn_id;
+        o.tenant = ctx.inbound.tenant;
         o.session_id = ctx.session_id;
         o.channel = item.channel;
         o.recipient = item.to;

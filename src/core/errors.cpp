@@ -51,6 +51,14 @@ entry lookup(errc e) {
         return {"invalid_request", 426};
     case errc::websocket_full:
         return {"overloaded", 503};
+    case errc::forbidden:
+        return {"forbidden", 403};
+    case errc::rate_limited:
+        return {"rate_limited", 429};
+    case errc::quota_exceeded:
+        return {"quota_exceeded", 429};
+    case errc::too_many_connections:
+        return {"overloaded", 503};
     }
     return {"internal_error", 500};
 }

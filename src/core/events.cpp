@@ -3,9 +3,9 @@
 
 namespace baton {
 
-turn_log::turn_log(std::string turn_id, std::string session_id, std::size_t capacity,
+turn_log::turn_log(std::string turn_id, session_ref session, std::size_t capacity,
                    std::function<void(const turn_log&, const event_ptr&)> fan_out)
-    : turn_id_(std::move(turn_id)), session_id_(std::move(session_id)),
+    : turn_id_(std::move(turn_id)), session_(std::move(session)), session_key_(session_.key()),
       capacity_(capacity < 2 ? 2 : capacity), fan_out_(std::move(fan_out)) {}
 
 event_ptr turn_log::publish(std::string_view type, const json::object& data) {
@@ -63,11 +63,11 @@ void turn_log::compact() {
 
 event_hub::event_hub(event_hub_options opts) : opts_(opts) {}
 
-std::shared_ptr<turn_log> event_hub::open(const std::string& turn_id, const std::string& session_id) {
+std::shared_ptr<turn_log> event_hub::open(const std::string& turn_id, const session_ref& session) {
     std::lock_guard lock(mutex_);
     auto& slot = logs_[turn_id];
     if (!slot)
-        slot = std::make_shared<turn_log>(turn_id, session_id, opts_.events_per_turn,
+        slot = std::make_shared<turn_log>(turn_id, session, opts_.events_per_turn,
                                           [this](const turn_log& l, const event_ptr& e) { fan_out(l, e); });
     return slot;
 }
@@ -100,17 +100,19 @@ std::size_t event_hub::live_logs() const {
     return logs_.size();
 }
 
-std::uint64_t event_hub::listen(const std::string& session_id, event_listener f) {
+std::uint64_t event_hub::listen(const session_ref& session, event_listener f) {
+    auto key = session.key();
     std::lock_guard lock(listeners_mutex_);
     auto id = next_listener_++;
-    listeners_[session_id].push_back({id, std::make_shared<event_listener>(std::move(f))});
+    listeners_[key].push_back({id, std::make_shared<event_listener>(std::move(f))});
     listening_.fetch_add(1);
     return id;
 }
 
-void event_hub::unlisten(const std::string& session_id, std::uint64_t id) {
+void event_hub::unlisten(const session_ref& session, std::uint64_t id) {
+    auto key = session.key();
     std::lock_guard lock(listeners_mutex_);
-    auto it = listeners_.find(session_id);
+    auto it = listeners_.find(key);
     if (it == listeners_.end()) return;
     listening_.fetch_sub(std::erase_if(it->second, [id](const listener& l) { return l.id == id; }));
     if (it->second.empty()) listeners_.erase(it);
@@ -122,7 +124,7 @@ void event_hub::fan_out(const turn_log& log, const event_ptr& e) {
     {
         std::lock_guard lock(listeners_mutex_);
         if (listeners_.empty()) return;
-        auto it = listeners_.find(log.session_id());
+        auto it = listeners_.find(log.session_key());
         if (it == listeners_.end()) return;
         for (const auto& l : it->second)
             targets.push_back(l.f);

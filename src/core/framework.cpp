@@ -17,11 +17,11 @@ framework::framework(store_runner& db, plugin defaults) : framework(db) {
 
 framework::~framework() = default;
 
-asio::awaitable<void> framework::compact_session(std::string session_id, std::string agent) {
+asio::awaitable<void> framework::compact_session(session_ref session, std::string agent) {
     const baton::agent* a = find_agent(agent);
     if (!a) co_return;
     for (auto it = plugins_.rbegin(); it != plugins_.rend(); ++it)
-        if (it->compact_idle) co_await it->compact_idle(*this, *a, session_id);
+        if (it->compact_idle) co_await it->compact_idle(*this, *a, session);
 }
 
 asio::awaitable<void> framework::before_model_call(turn_context& ctx, model_request& req) {

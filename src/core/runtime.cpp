@@ -29,11 +29,12 @@ using detail::turn_slot;
 namespace {
 // A turn in flight: its cancellation signal lives on the session's strand.
 struct running_turn {
-    running_turn(asio::any_io_executor s, std::shared_ptr<turn_progress> p)
-        : strand(std::move(s)), progress(std::move(p)) {}
+    running_turn(asio::any_io_executor s, std::shared_ptr<turn_progress> p, std::string t)
+        : strand(std::move(s)), progress(std::move(p)), tenant(std::move(t)) {}
     enum class reason { none, cancelled, timed_out };
     asio::any_io_executor strand; // the session's strand
     std::shared_ptr<turn_progress> progress;
+    const std::string tenant;
     asio::cancellation_signal signal;
     reason why = reason::none;
 
@@ -83,13 +84,14 @@ struct runtime::impl {
                                                         std::string agent);
     // It ends with the turn that answered it: same status, reply and error; no steps of its own.
     asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier);
-    bool signal_running(const std::string& turn_id);
+    // Cancels the turn when it runs here (and is of `tenant`, unless empty).
+    bool signal_running(const std::string& turn_id, std::string_view tenant = {});
 
     // Idle compaction: sessions whose window is worth compacting, each due once it has been
     // idle long enough. One timer loop serves them all while any is due.
     using time_point = baton::clock::time_point;
     struct idle_session {
-        std::string session_id;
+        session_ref session;
         std::string agent;
     };
     std::mutex idle_mutex;
@@ -99,9 +101,9 @@ struct runtime::impl {
     baton::timer* idle_wait = nullptr;
     using idle_queue = std::multimap<time_point, idle_session>;
     idle_queue idle_due;
-    std::unordered_map<std::string, idle_queue::iterator> idle_index; // each session's one entry
+    std::unordered_map<std::string, idle_queue::iterator> idle_index; // each session's one entry (by key)
     bool idle_loop_running = false;
-    void compaction_due(const std::string& sid, const std::string& agent, std::chrono::milliseconds after);
+    void compaction_due(const session_ref& s, const std::string& agent, std::chrono::milliseconds after);
     asio::awaitable<void> idle_loop();
     asio::awaitable<void> run_compaction(std::shared_ptr<session_actor> a, turn_record rec);
 };
@@ -111,7 +113,7 @@ runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options even
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, runtime_options o)
     : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, std::move(o))) {
-    fw_.on_compaction_due = [i = impl_.get()](const std::string& sid, const std::string& agent,
+    fw_.on_compaction_due = [i = impl_.get()](const session_ref& sid, const std::string& agent,
                                               std::chrono::milliseconds after) {
         i->compaction_due(sid, agent, after);
     };
@@ -215,7 +217,7 @@ void runtime::on_turn_finished(std::function<void(const turn_record&)> f) {
 void runtime::impl::kick(const std::shared_ptr<session_actor>& a) {
     if (!actors.claim_drainer(*a, rt.draining())) return;
     auto loop = drain_loop(a);
-    asio::co_spawn(a->strand, std::move(loop), log::spawn_logger{"session " + a->session_id});
+    asio::co_spawn(a->strand, std::move(loop), log::spawn_logger{"session " + a->key});
 }
 
 // The session's one consumer: a turn starts only after the previous one has finished.
@@ -238,13 +240,13 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
     }
 }
 
-void runtime::impl::compaction_due(const std::string& sid, const std::string& agent,
+void runtime::impl::compaction_due(const session_ref& sid, const std::string& agent,
                                    std::chrono::milliseconds after) {
     auto due = clk->now() + after;
     {
         std::lock_guard lock(idle_mutex);
         // A session is due once: a later turn moves its due.
-        auto [at, fresh] = idle_index.try_emplace(sid);
+        auto [at, fresh] = idle_index.try_emplace(sid.key());
         if (!fresh) idle_due.erase(at->second);
         at->second = idle_due.emplace(due, idle_session{sid, agent});
         if (idle_loop_running) return;
@@ -269,7 +271,7 @@ asio::awaitable<void> runtime::impl::idle_loop() {
             auto now = clk->now();
             while (!idle_due.empty() && idle_due.begin()->first <= now) {
                 auto node = idle_due.extract(idle_due.begin());
-                idle_index.erase(node.mapped().session_id);
+                idle_index.erase(node.mapped().session.key());
                 ready.push_back(std::move(node.mapped()));
             }
             if (idle_due.empty() || rt.draining()) {
@@ -283,7 +285,7 @@ asio::awaitable<void> runtime::impl::idle_loop() {
         }
         for (auto& s : ready) {
             // A session busy again is left alone: its turn reports it due afresh when it ends.
-            if (auto a = actors.queue_compaction(s.session_id, s.agent)) kick(a);
+            if (auto a = actors.queue_compaction(s.session, s.agent)) kick(a);
         }
         if (stop) co_return;
         // Later than now: everything due by now was taken above.
@@ -295,9 +297,9 @@ asio::awaitable<void> runtime::impl::idle_loop() {
 
 asio::awaitable<void> runtime::impl::run_compaction(std::shared_ptr<session_actor> a, turn_record rec) {
     try {
-        co_await rt.fw_.compact_session(rec.session_id, rec.agent);
+        co_await rt.fw_.compact_session(session_of(rec), rec.agent);
     } catch (const std::exception& e) {
-        log::warn("idle compaction failed", {{"session", a->session_id}, {"error", e.what()}});
+        log::warn("idle compaction failed", {{"session", a->key}, {"error", e.what()}});
     }
 }
 
@@ -345,7 +347,7 @@ void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<runnin
     rec.status = turn_status::running;
     rec.started_at = at;
     turns.live(rec);
-    hub.open(rec.turn_id, rec.session_id)->publish_text("turn.started", "{}");
+    hub.open(rec.turn_id, session_of(rec))->publish_text("turn.started", "{}");
     std::lock_guard lock(running_mutex);
     running[rec.turn_id] = carrier; // cancelling it cancels the turn that carries it
 }
@@ -374,8 +376,8 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     rec.status = turn_status::running;
     rec.started_at = now_ms();
     auto progress = std::make_shared<turn_progress>();
-    progress->events = hub.open(rec.turn_id, rec.session_id);
-    auto entry = std::make_shared<running_turn>(a->strand, progress);
+    progress->events = hub.open(rec.turn_id, session_of(rec));
+    auto entry = std::make_shared<running_turn>(a->strand, progress, rec.tenant);
     {
         std::lock_guard lock(running_mutex);
         running[rec.turn_id] = entry;
@@ -507,37 +509,39 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
         co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
         pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(5));
     }
-    hub.open(rec.turn_id, rec.session_id)->publish("turn.finished", finished_event_data(rec));
+    hub.open(rec.turn_id, session_of(rec))->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
     std::lock_guard lock(observers_mutex);
     for (auto& f : observers)
         f(rec);
 }
 
-bool runtime::impl::signal_running(const std::string& turn_id) {
+bool runtime::impl::signal_running(const std::string& turn_id, std::string_view tenant) {
     std::shared_ptr<running_turn> entry;
     {
         std::lock_guard lock(running_mutex);
         auto it = running.find(turn_id);
-        if (it == running.end()) return false;
+        if (it == running.end() || (!tenant.empty() && it->second->tenant != tenant)) return false;
         entry = it->second;
     }
     asio::post(entry->strand, [entry] { entry->stop(running_turn::reason::cancelled); });
     return true;
 }
 
-asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id) {
-    if (impl_->signal_running(turn_id)) co_return std::nullopt;
+asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id, std::string tenant) {
+    if (impl_->signal_running(turn_id, tenant)) co_return std::nullopt;
     auto get = [id = turn_id](store& s) { return s.get_turn(id); };
     auto rec = co_await fw_.db().run(std::move(get));
-    if (!rec) co_return api_error{errc::not_found, "no such turn: " + turn_id};
-    if (rec->status == turn_status::queued && impl_->actors.remove_queued(rec->session_id, turn_id)) {
+    if (!rec || (!tenant.empty() && rec->tenant != tenant))
+        co_return api_error{errc::not_found, "no such turn: " + turn_id};
+    if (rec->status == turn_status::queued &&
+        impl_->actors.remove_queued(session_of(*rec).key(), turn_id)) {
         rec->status = turn_status::stopped;
         co_await impl_->store_final(std::move(*rec), false); // a request waits on it: once
         co_return std::nullopt;
     }
     // It may have started meanwhile.
-    if (impl_->signal_running(turn_id)) co_return std::nullopt;
+    if (impl_->signal_running(turn_id, tenant)) co_return std::nullopt;
     co_return api_error{errc::turn_not_running, "turn " + turn_id + " has already finished"};
 }
 
@@ -546,6 +550,8 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     const agent* ag = fw_.find_agent(req.agent);
     if (!ag) co_return api_error{errc::invalid_request, "unknown agent: " + req.agent};
     if (auto bad = impl_->check_deliver(req.deliver)) co_return std::move(*bad);
+    if (!valid_tenant_name(req.tenant))
+        co_return api_error{errc::invalid_request, "invalid tenant name: " + req.tenant};
 
     turn_record rec;
     rec.turn_id = make_turn_id();
@@ -559,12 +565,13 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     rec.input.deliver = std::move(req.deliver);
 
     // `/stop` acts at once on the running turn; the command itself then queues like any message.
+    auto key = session_of(rec).key();
     if (is_stop_command(rec.input.text)) {
-        auto current = impl_->actors.running_turn(req.session_id);
+        auto current = impl_->actors.running_turn(key);
         if (!current.empty()) impl_->signal_running(current);
     }
     // The slot is taken before the store write so that accept order is run order.
-    auto reserved = impl_->actors.reserve(req.session_id, ag->config.admission, rec);
+    auto reserved = impl_->actors.reserve(key, ag->config.admission, rec);
     if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);
     auto [actor, slot] = std::get<detail::reservation>(std::move(reserved));
 
@@ -593,46 +600,57 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     // Known before it can start, so that a poll never sees it go back from running to queued.
     impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
-    impl_->hub.open(rec.turn_id, rec.session_id)->publish_text("turn.queued", "{}");
+    impl_->hub.open(rec.turn_id, session_of(rec))->publish_text("turn.queued", "{}");
     impl_->actors.mark_ready(*actor, slot);
     // Admission mode `interrupt`: the running turn ends `stopped` and this message runs next.
     if (ag->config.admission.mode == admission_mode::interrupt) {
-        auto current = impl_->actors.running_turn(req.session_id);
+        auto current = impl_->actors.running_turn(key);
         if (!current.empty()) impl_->signal_running(current);
     }
     impl_->kick(actor);
     co_return ok;
 }
 
-asio::awaitable<std::optional<turn_record>> runtime::get_turn(std::string turn_id) {
-    if (auto known = impl_->turns.find(turn_id)) co_return known;
-    auto get = [id = std::move(turn_id)](store& s) { return s.get_turn(id); };
-    co_return co_await fw_.db().run(std::move(get));
+asio::awaitable<std::optional<turn_record>> runtime::get_turn(std::string turn_id, std::string tenant) {
+    auto rec = impl_->turns.find(turn_id);
+    if (!rec) {
+        auto get = [id = std::move(turn_id)](store& s) { return s.get_turn(id); };
+        rec = co_await fw_.db().run(std::move(get));
+    }
+    if (rec && !tenant.empty() && rec->tenant != tenant) rec.reset();
+    co_return rec;
 }
 
-asio::awaitable<std::optional<std::string>> runtime::turn_json(std::string turn_id) {
+asio::awaitable<std::optional<std::string>> runtime::turn_json(std::string turn_id, std::string tenant) {
     std::string out;
-    if (impl_->turns.append_json(turn_id, out)) co_return out;
-    auto rec = co_await get_turn(std::move(turn_id));
+    switch (impl_->turns.append_json(turn_id, tenant, out)) {
+    case detail::turn_cache::lookup::found:
+        co_return out;
+    case detail::turn_cache::lookup::other_tenant:
+        co_return std::nullopt;
+    case detail::turn_cache::lookup::absent:
+        break;
+    }
+    auto rec = co_await get_turn(std::move(turn_id), std::move(tenant));
     if (!rec) co_return std::nullopt;
     co_return baton::turn_json(*rec);
 }
 
-asio::awaitable<std::optional<session_view>> runtime::get_session(std::string session_id) {
-    auto get = [sid = session_id](store& s) { return s.get_session(sid); };
+asio::awaitable<std::optional<session_view>> runtime::get_session(session_ref session) {
+    auto get = [sid = session](store& s) { return s.get_session(sid); };
     auto rec = co_await fw_.db().run(std::move(get));
     if (!rec) co_return std::nullopt;
     session_view v;
     v.record = std::move(*rec);
-    auto live = impl_->actors.status(session_id);
+    auto live = impl_->actors.status(session.key());
     v.busy = live.busy;
     v.queued = live.queued;
     co_return v;
 }
 
-asio::awaitable<std::vector<tape_entry>> runtime::read_tape(std::string session_id, std::int64_t after,
+asio::awaitable<std::vector<tape_entry>> runtime::read_tape(session_ref session, std::int64_t after,
                                                             std::size_t limit) {
-    auto read = [sid = std::move(session_id), after, limit](store& s) {
+    auto read = [sid = std::move(session), after, limit](store& s) {
         return s.read_tape(sid, after, limit);
     };
     co_return co_await fw_.db().run(std::move(read));
@@ -659,10 +677,14 @@ asio::awaitable<std::vector<outbox_item>> runtime::enqueue_outbox(std::vector<ou
     co_return added;
 }
 
-asio::awaitable<bool> runtime::outbox_delivered(std::string key, std::string channel) {
-    auto mark = [key = std::move(key), channel = std::move(channel)](store& s) {
+asio::awaitable<bool> runtime::outbox_delivered(std::string key, std::string channel,
+                                                std::string tenant) {
+    auto mark = [key = std::move(key), channel = std::move(channel),
+                 tenant = std::move(tenant)](store& s) {
         auto item = s.get_outbox(key);
-        if (!item || (!channel.empty() && item->channel != channel)) return false;
+        if (!item || (!channel.empty() && item->channel != channel) ||
+            (!tenant.empty() && item->tenant != tenant))
+            return false;
         if (item->status == outbox_status::delivered) return true;
         item->status = outbox_status::delivered;
         item->attempts += 1;

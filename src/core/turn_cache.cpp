@@ -51,12 +51,14 @@ std::optional<turn_record> turn_cache::find(const std::string& turn_id) const {
     return it->second;
 }
 
-bool turn_cache::append_json(const std::string& turn_id, std::string& out) const {
+turn_cache::lookup turn_cache::append_json(const std::string& turn_id, std::string_view tenant,
+                                           std::string& out) const {
     std::lock_guard lock(mutex_);
     auto it = records_.find(turn_id);
-    if (it == records_.end()) return false;
+    if (it == records_.end()) return lookup::absent;
+    if (!tenant.empty() && it->second.tenant != tenant) return lookup::other_tenant;
     append_turn_json(out, it->second);
-    return true;
+    return lookup::found;
 }
 
 } // namespace baton::detail

@@ -25,9 +25,11 @@ public:
     // After a failed store write: the store is the only truth for this turn.
     void forget(const std::string& turn_id);
     std::optional<turn_record> find(const std::string& turn_id) const;
-    // Appends the turn's public JSON (`append_turn_json`) to `out` when it is here, without
-    // copying the record.
-    bool append_json(const std::string& turn_id, std::string& out) const;
+    // Appends the turn's public JSON (`append_turn_json`) to `out` when it is here and of
+    // `tenant` (empty: any), without copying the record. `other_tenant`: here, but not the
+    // caller's (nothing appended).
+    enum class lookup { absent, found, other_tenant };
+    lookup append_json(const std::string& turn_id, std::string_view tenant, std::string& out) const;
 
 private:
     mutable std::mutex mutex_;

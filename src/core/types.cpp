@@ -178,6 +178,25 @@ tape_entry make_event_entry(std::string_view name, json::value data) {
     return make_entry(tape_kind::event, {{"name", name}, {"data", std::move(data)}});
 }
 
+std::string session_ref::key() const {
+    std::string k;
+    k.reserve(tenant.size() + 1 + id.size());
+    k += tenant;
+    k += '/';
+    k += id;
+    return k;
+}
+
+bool valid_tenant_name(std::string_view name) {
+    if (name.empty() || name.size() > 64) return false;
+    for (char c : name) {
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == '-';
+        if (!ok) return false;
+    }
+    return true;
+}
+
 bool valid_session_id(std::string_view sid) {
     if (sid.empty() || sid.size() > 128) return false;
     for (char c : sid) {

@@ -27,7 +27,12 @@ struct ws_client::impl {
     beast::flat_buffer buffer;
     std::string host;
     std::string port;
+    std::vector<std::pair<std::string, std::string>> headers;
 };
+
+void ws_client::set_header(std::string name, std::string value) {
+    impl_->headers.emplace_back(std::move(name), std::move(value));
+}
 
 ws_client::ws_client(asio::any_io_executor ex, std::string host, std::string port)
     : impl_(std::make_unique<impl>(std::move(ex), std::move(host), std::move(port))) {}
@@ -46,6 +51,11 @@ ws_client::connect(std::string target, std::chrono::milliseconds timeout,
     error_code ignored;
     tcp_layer.socket().set_option(tcp::no_delay(true), ignored);
     websocket::response_type res;
+    if (!c.headers.empty())
+        c.ws.set_option(websocket::stream_base::decorator([h = c.headers](websocket::request_type& req) {
+            for (const auto& [name, value] : h)
+                req.set(name, value);
+        }));
     std::tie(ec) = co_await c.ws.async_handshake(res, c.host + ":" + c.port, target, use_tuple);
     if (ec) {
         tcp_layer.close();

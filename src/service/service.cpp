@@ -223,10 +223,18 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     // model client the config cannot make: invalid_config.
     if (!i.init_error.empty()) co_return failure<nothing>(i.init_errc, i.init_error, diag);
     const auto& cfg = i.opts.config;
-    if (!cfg.server.tokens.empty())
+    if (cfg.server.tls)
         co_return failure<nothing>(errc::invalid_config,
-                                   "server.tokens: bearer-token auth is not available in this build", diag);
-    if (i.opts.http && !loopback_listen(cfg.server.listen) && !i.opts.allow_unauthenticated_remote)
+                                   "server.tls: TLS on the listener is not available in this build", diag);
+    for (const auto& [name, t] : cfg.tenants)
+        if (t.limits.max_running_turns || t.limits.turns_per_minute || t.limits.tokens_per_day)
+            co_return failure<nothing>(errc::invalid_config,
+                                       "tenants." + name + ".limits: per-tenant limits are not "
+                                       "enforced in this build",
+                                       diag);
+    // With tokens every /v1 call is authenticated: any address may be listened on.
+    if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen(cfg.server.listen) &&
+        !i.opts.allow_unauthenticated_remote)
         co_return failure<nothing>(errc::invalid_config,
                                    "refusing to listen on " + cfg.server.listen +
                                        " without server.tokens; pass --insecure-no-auth to allow it",
@@ -353,7 +361,7 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     co_return outcome<turn_record>{{}, std::move(*w->record)};
 }
 
-asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(std::string session_id,
+asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(session_ref session_id,
                                                                       std::int64_t after,
                                                                       std::size_t limit) {
     using out = outcome<std::vector<tape_entry>>;
@@ -394,7 +402,7 @@ struct service::subscription::state {
     bool closed = false;
     // A session's subscription: its listener in the hub.
     event_hub* hub = nullptr;
-    std::string session_id;
+    session_ref session_id;
     std::uint64_t listener = 0;
     // A turn's: its log, read after `after`.
     std::shared_ptr<turn_log> log;
@@ -470,7 +478,7 @@ asio::awaitable<outcome<service_event>> service::subscription::next() {
     }
 }
 
-service::subscription service::subscribe_session(const std::string& session_id) {
+service::subscription service::subscribe_session(const session_ref& session_id) {
     auto s = std::make_shared<subscription::state>(detail::make_thin_strand(impl_->ex));
     s->hub = &impl_->rt->events();
     s->session_id = session_id;

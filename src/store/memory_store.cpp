@@ -165,8 +165,10 @@ public:
 
     insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
         std::lock_guard<short_mutex> lock(mutex_);
+        // A key is the tenant's: "<tenant>/<key>".
+        std::string idem_key = idem.key.empty() ? std::string() : t.tenant + "/" + idem.key;
         if (!idem.key.empty()) {
-            if (auto it = idem_.find(idem.key); it != idem_.end()) {
+            if (auto it = idem_.find(idem_key); it != idem_.end()) {
                 auto outcome = it->second.fingerprint == idem.fingerprint ? insert_outcome::replayed
                                                                           : insert_outcome::key_reused;
                 return {outcome, it->second.turn_id};
@@ -178,9 +180,9 @@ public:
         turns_.emplace(t.turn_id, t);
         if (!is_terminal(t.status)) unfinished_.emplace(next_seq_, t.turn_id);
         seq_of_.emplace(t.turn_id, next_seq_++);
-        if (!idem.key.empty()) idem_.emplace(idem.key, idem_entry{idem.fingerprint, t.turn_id});
+        if (!idem.key.empty()) idem_.emplace(std::move(idem_key), idem_entry{idem.fingerprint, t.turn_id});
 
-        auto& s = session(t.session_id, t.agent, t.tenant, t.created_at);
+        auto& s = session(session_of(t), t.agent, t.created_at);
         s.record.turns += 1;
         s.record.last_turn_id = t.turn_id;
         return {insert_outcome::inserted, t.turn_id};
@@ -201,7 +203,7 @@ public:
         for (const auto& e : u.entries)
             payloads.push_back(pack(e));
         std::lock_guard<short_mutex> lock(mutex_);
-        auto& s = session(u.session_id, "default", "", now_ms());
+        auto& s = session({u.tenant, u.session_id}, "default", now_ms());
         for (std::size_t i = 0; i < u.entries.size(); ++i) {
             auto& e = u.entries[i];
             e.id = s.tape_next++;
@@ -233,26 +235,29 @@ public:
         return it->second;
     }
 
-    std::optional<session_record> get_session(const std::string& session_id) override {
+    std::optional<session_record> get_session(const session_ref& session) override {
+        auto key = session.key();
         std::lock_guard<short_mutex> lock(mutex_);
-        auto it = sessions_.find(session_id);
+        auto it = sessions_.find(key);
         if (it == sessions_.end()) return std::nullopt;
         return it->second.record;
     }
 
-    std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+    std::vector<tape_entry> read_tape(const session_ref& session, std::int64_t after,
                                       std::size_t limit) override {
+        auto key = session.key();
         std::lock_guard<short_mutex> lock(mutex_);
-        auto it = sessions_.find(session_id);
+        auto it = sessions_.find(key);
         if (it == sessions_.end()) return {};
         const auto& tape = it->second.tape;
         auto first = tape.after(after);
         return tape.unpack(first, std::min(limit, tape.size() - first));
     }
 
-    std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) override {
+    std::vector<tape_entry> tape_tail(const session_ref& session, std::size_t limit) override {
+        auto key = session.key();
         std::lock_guard<short_mutex> lock(mutex_);
-        auto it = sessions_.find(session_id);
+        auto it = sessions_.find(key);
         if (it == sessions_.end()) return {};
         const auto& tape = it->second.tape;
         auto n = std::min(limit, tape.size());
@@ -336,18 +341,18 @@ private:
             return false;
         if (f.uncertain_only && !o.uncertain) return false;
         if (!f.channel.empty() && o.channel != f.channel) return false;
+        if (!f.tenant.empty() && o.tenant != f.tenant) return false;
         return f.session_id.empty() || o.session_id == f.session_id;
     }
 
     // The session row, created on first use with the given defaults (never overwritten later).
-    session_data& session(const std::string& sid, const std::string& agent, const std::string& tenant,
-                          time_ms created_at) {
-        auto [it, inserted] = sessions_.try_emplace(sid);
+    session_data& session(const session_ref& ref, const std::string& agent, time_ms created_at) {
+        auto [it, inserted] = sessions_.try_emplace(ref.key());
         if (inserted) {
             auto& r = it->second.record;
-            r.session_id = sid;
+            r.session_id = ref.id;
             r.agent = agent;
-            r.tenant = tenant;
+            r.tenant = ref.tenant;
             r.created_at = created_at;
         }
         return it->second;
@@ -372,8 +377,8 @@ private:
     std::unordered_map<std::string, turn_record> turns_;
     std::unordered_map<std::string, std::int64_t> seq_of_; // accept order of each turn
     std::map<std::int64_t, std::string> unfinished_;       // accept order -> turn id
-    std::unordered_map<std::string, idem_entry> idem_;
-    std::unordered_map<std::string, session_data> sessions_;
+    std::unordered_map<std::string, idem_entry> idem_;        // "<tenant>/<key>"
+    std::unordered_map<std::string, session_data> sessions_; // by session_ref::key()
     std::int64_t next_seq_ = 1;
     std::unordered_map<std::string, outbox_item> outbox_;
     std::vector<std::string> outbox_order_; // creation order

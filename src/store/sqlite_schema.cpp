@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 5> migrations{
+constexpr std::array<std::string_view, 6> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -121,6 +121,89 @@ END;
     R"sql(
 ALTER TABLE turns ADD COLUMN refusal INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6: tenants. A session is named by (tenant, session_id): sessions, turns and tape are rebuilt
+    // on that key (SQLite cannot change a primary key in place), idempotency keys are unique per
+    // tenant, outbox items carry their tenant. What was stored before (tenant '') is the tenant
+    // 'default'. Children are dropped before their parent; renaming sessions_v6 rewrites the
+    // foreign keys that name it.
+    R"sql(
+CREATE TABLE sessions_v6 (
+    tenant       TEXT NOT NULL,
+    session_id   TEXT NOT NULL,
+    agent        TEXT NOT NULL,
+    turns        INTEGER NOT NULL DEFAULT 0,
+    last_turn_id TEXT,
+    state        TEXT NOT NULL DEFAULT '{}',
+    tape_next    INTEGER NOT NULL DEFAULT 1,
+    created_at   INTEGER NOT NULL,
+    PRIMARY KEY (tenant, session_id)
+);
+INSERT INTO sessions_v6 (tenant, session_id, agent, turns, last_turn_id, state, tape_next, created_at)
+    SELECT CASE WHEN tenant = '' THEN 'default' ELSE tenant END, session_id, agent, turns,
+           last_turn_id, state, tape_next, created_at FROM sessions;
+CREATE TABLE turns_v6 (
+    seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn_id           TEXT NOT NULL UNIQUE,
+    tenant            TEXT NOT NULL,
+    session_id        TEXT NOT NULL,
+    agent             TEXT NOT NULL,
+    status            TEXT NOT NULL,
+    input_text        TEXT NOT NULL,
+    input_channel     TEXT NOT NULL,
+    metadata          TEXT NOT NULL,
+    deliver           TEXT,
+    idem_key          TEXT,
+    idem_fingerprint  TEXT,
+    reply             TEXT,
+    steps             INTEGER NOT NULL DEFAULT 0,
+    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
+    completion_tokens INTEGER NOT NULL DEFAULT 0,
+    error_code        TEXT,
+    error_message     TEXT,
+    created_at        INTEGER NOT NULL,
+    started_at        INTEGER,
+    finished_at       INTEGER,
+    refusal           INTEGER NOT NULL DEFAULT 0,
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions_v6 (tenant, session_id)
+);
+INSERT INTO turns_v6 (seq, turn_id, tenant, session_id, agent, status, input_text, input_channel,
+                      metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens,
+                      completion_tokens, error_code, error_message, created_at, started_at,
+                      finished_at, refusal)
+    SELECT seq, turn_id, CASE WHEN tenant = '' THEN 'default' ELSE tenant END, session_id, agent,
+           status, input_text, input_channel, metadata, deliver, idem_key, idem_fingerprint, reply,
+           steps, prompt_tokens, completion_tokens, error_code, error_message, created_at,
+           started_at, finished_at, refusal FROM turns;
+CREATE TABLE tape_v6 (
+    tenant     TEXT NOT NULL,
+    session_id TEXT NOT NULL,
+    id         INTEGER NOT NULL,
+    kind       TEXT NOT NULL,
+    payload    TEXT NOT NULL,
+    turn_id    TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, session_id, id),
+    FOREIGN KEY (tenant, session_id) REFERENCES sessions_v6 (tenant, session_id)
+) WITHOUT ROWID;
+INSERT INTO tape_v6 (tenant, session_id, id, kind, payload, turn_id, created_at)
+    SELECT coalesce((SELECT CASE WHEN s.tenant = '' THEN 'default' ELSE s.tenant END
+                     FROM sessions s WHERE s.session_id = tape.session_id), 'default'),
+           session_id, id, kind, payload, turn_id, created_at FROM tape;
+DROP TABLE tape;
+DROP TABLE turns;
+DROP TABLE sessions;
+ALTER TABLE sessions_v6 RENAME TO sessions;
+ALTER TABLE turns_v6 RENAME TO turns;
+ALTER TABLE tape_v6 RENAME TO tape;
+CREATE UNIQUE INDEX turns_idem_key ON turns(tenant, idem_key) WHERE idem_key IS NOT NULL;
+CREATE INDEX turns_unfinished ON turns(seq) WHERE status IN ('queued', 'running');
+ALTER TABLE outbox ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';
+UPDATE outbox SET tenant = coalesce((SELECT t.tenant FROM turns t WHERE t.turn_id = outbox.turn_id),
+                                    'default');
+DROP INDEX outbox_open;
+CREATE INDEX outbox_open ON outbox(channel, tenant, session_id, seq)
+    WHERE status IN ('pending', 'sending');
+)sql",
 };
 
 void exec(sqlite3* db, const std::string& sql) {
@@ -147,7 +230,8 @@ int sqlite_schema_version() {
     return static_cast<int>(migrations.size());
 }
 
-int migrate_sqlite(sqlite3* db) {
+int migrate_sqlite(sqlite3* db, int upto) {
+    const int target = upto < 0 || upto > sqlite_schema_version() ? sqlite_schema_version() : upto;
     // IMMEDIATE takes the write lock first, so two processes opening one file cannot both migrate.
     exec(db, "BEGIN IMMEDIATE");
     try {
@@ -156,14 +240,13 @@ int migrate_sqlite(sqlite3* db) {
             throw std::runtime_error("sqlite: database schema version " + std::to_string(from) +
                                      " is newer than this build (" +
                                      std::to_string(sqlite_schema_version()) + ")");
-        for (int v = from; v < sqlite_schema_version(); ++v)
+        for (int v = from; v < target; ++v)
             exec(db, std::string(migrations[v]));
         // user_version lives in the file header, which the transaction covers: it commits with the
         // tables.
-        if (from < sqlite_schema_version())
-            exec(db, "PRAGMA user_version = " + std::to_string(sqlite_schema_version()));
+        if (from < target) exec(db, "PRAGMA user_version = " + std::to_string(target));
         exec(db, "COMMIT");
-        return sqlite_schema_version() - from;
+        return from < target ? target - from : 0;
     } catch (...) {
         if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
         throw;

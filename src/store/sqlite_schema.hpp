@@ -11,6 +11,7 @@ int sqlite_schema_version();
 
 // Applies the migrations the database has not seen yet, in one transaction; returns how many ran.
 // Throws std::runtime_error on SQLite errors or when the database is newer than this build.
-int migrate_sqlite(sqlite3* db);
+// `upto` (tests: a database as an older build left it) stops after that version.
+int migrate_sqlite(sqlite3* db, int upto = -1);
 
 } // namespace baton::detail

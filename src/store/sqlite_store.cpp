@@ -78,7 +78,7 @@ const std::string turn_columns =
 
 const std::string tape_columns = "id, kind, payload, created_at, turn_id";
 
-const std::string outbox_columns = "key, turn_id, session_id, channel, recipient, idx, text, status, "
+const std::string outbox_columns = "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, "
                                    "attempts, uncertain, created_at, updated_at, next_attempt_at, "
                                    "coalesce(last_error, '')";
 
@@ -88,10 +88,11 @@ struct statements {
         : begin(db, "BEGIN IMMEDIATE"), commit(db, "COMMIT"), rollback(db, "ROLLBACK"),
           savepoint(db, "SAVEPOINT call"), release(db, "RELEASE call"),
           rollback_to(db, "ROLLBACK TO call"),
-          find_idem(db, "SELECT turn_id, idem_fingerprint FROM turns WHERE idem_key = ?1"),
+          find_idem(db, "SELECT turn_id, idem_fingerprint FROM turns WHERE tenant = ?1 AND "
+                        "idem_key = ?2"),
           touch_session_for_turn(
               db, "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
-                  "VALUES (?1, ?2, ?3, 1, ?4, ?5) ON CONFLICT (session_id) DO UPDATE SET "
+                  "VALUES (?1, ?2, ?3, 1, ?4, ?5) ON CONFLICT (tenant, session_id) DO UPDATE SET "
                   "turns = turns + 1, last_turn_id = excluded.last_turn_id"),
           insert_turn(db, "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
                           "input_channel, metadata, deliver, idem_key, idem_fingerprint, reply, steps, "
@@ -104,24 +105,27 @@ struct statements {
                       "completion_tokens = ?6, error_code = ?7, error_message = ?8, started_at = ?9, "
                       "finished_at = ?10, refusal = ?11 WHERE turn_id = ?1"),
           ensure_session(db, "INSERT INTO sessions (session_id, tenant, agent, created_at) "
-                             "VALUES (?1, '', 'default', ?2) ON CONFLICT (session_id) DO NOTHING"),
-          tape_next(db, "SELECT tape_next FROM sessions WHERE session_id = ?1"),
-          append_tape(db, "INSERT INTO tape (session_id, id, kind, payload, turn_id, created_at) "
-                          "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                             "VALUES (?1, ?3, 'default', ?2) ON CONFLICT (tenant, session_id) "
+                             "DO NOTHING"),
+          tape_next(db, "SELECT tape_next FROM sessions WHERE tenant = ?2 AND session_id = ?1"),
+          append_tape(db, "INSERT INTO tape (session_id, id, kind, payload, turn_id, created_at, "
+                          "tenant) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
           update_session(db, "UPDATE sessions SET tape_next = ?2, state = coalesce(?3, state) "
-                             "WHERE session_id = ?1"),
+                             "WHERE tenant = ?4 AND session_id = ?1"),
           get_turn(db, "SELECT " + turn_columns + " FROM turns WHERE turn_id = ?1"),
           get_session(db, "SELECT session_id, tenant, agent, turns, last_turn_id, state, created_at "
-                          "FROM sessions WHERE session_id = ?1"),
+                          "FROM sessions WHERE tenant = ?2 AND session_id = ?1"),
           read_tape(db, "SELECT " + tape_columns +
-                            " FROM tape WHERE session_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3"),
+                            " FROM tape WHERE tenant = ?4 AND session_id = ?1 AND id > ?2 "
+                            "ORDER BY id LIMIT ?3"),
           tape_tail(db, "SELECT " + tape_columns +
-                            " FROM tape WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2"),
+                            " FROM tape WHERE tenant = ?3 AND session_id = ?1 ORDER BY id DESC "
+                            "LIMIT ?2"),
           unfinished(db, "SELECT " + turn_columns +
                              " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq"),
           add_outbox(db, "INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, "
-                         "status, attempts, uncertain, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, "
-                         "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11) ON CONFLICT (key) DO NOTHING"),
+                         "status, attempts, uncertain, created_at, updated_at, tenant) VALUES (?1, ?2, "
+                         "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12) ON CONFLICT (key) DO NOTHING"),
           update_outbox(db, "UPDATE outbox SET status = ?2, attempts = ?3, uncertain = ?4, "
                             "updated_at = ?5, next_attempt_at = ?6, last_error = nullif(?7, '') "
                             "WHERE key = ?1"),
@@ -134,11 +138,12 @@ struct statements {
           list_outbox(db, "SELECT " + outbox_columns +
                               " FROM outbox WHERE (?1 = '' OR channel = ?1) AND (?2 = '' OR "
                               "session_id = ?2) AND (?3 = 0 OR uncertain = 1) AND (?4 = '' OR "
-                              "instr(?4, ',' || status || ',') > 0) ORDER BY seq LIMIT ?5"),
+                              "instr(?4, ',' || status || ',') > 0) AND (?6 = '' OR tenant = ?6) "
+                              "ORDER BY seq LIMIT ?5"),
           // A channel's undelivered items for one session (served by the outbox_open index).
           open_outbox(db, "SELECT " + outbox_columns +
-                              " FROM outbox WHERE channel = ?1 AND session_id = ?2 AND status IN "
-                              "('pending', 'sending') ORDER BY seq LIMIT ?3"),
+                              " FROM outbox WHERE channel = ?1 AND tenant = ?4 AND session_id = ?2 "
+                              "AND status IN ('pending', 'sending') ORDER BY seq LIMIT ?3"),
           count_outbox(db,
                        "SELECT status, sum(n), sum(uncertain * n) FROM outbox_counts GROUP BY status") {}
 
@@ -242,21 +247,22 @@ outbox_item read_outbox(const query& q) {
     outbox_item o;
     o.key = q.text(0);
     o.turn_id = q.text(1);
-    o.session_id = q.text(2);
-    o.channel = q.text(3);
-    o.recipient = q.text(4);
-    o.index = q.int64(5);
-    o.text = q.text(6);
-    auto status = q.text(7);
+    o.tenant = q.text(2);
+    o.session_id = q.text(3);
+    o.channel = q.text(4);
+    o.recipient = q.text(5);
+    o.index = q.int64(6);
+    o.text = q.text(7);
+    auto status = q.text(8);
     auto st = parse_outbox_status(status);
     if (!st) throw std::runtime_error("sqlite: unknown outbox status '" + status + "'");
     o.status = *st;
-    o.attempts = q.int64(8);
-    o.uncertain = q.int64(9) != 0;
-    o.created_at = q.int64(10);
-    o.updated_at = q.int64(11);
-    o.next_attempt_at = q.int64(12);
-    o.last_error = q.text(13);
+    o.attempts = q.int64(9);
+    o.uncertain = q.int64(10) != 0;
+    o.created_at = q.int64(11);
+    o.updated_at = q.int64(12);
+    o.next_attempt_at = q.int64(13);
+    o.last_error = q.text(14);
     return o;
 }
 
@@ -275,7 +281,7 @@ public:
         transaction tx(st_, batch_);
         if (!idem.key.empty()) {
             query q(st_.find_idem);
-            if (q.bind(1, idem.key).step()) {
+            if (q.bind(1, t.tenant).bind(2, idem.key).step()) {
                 auto outcome = q.text(1) == idem.fingerprint ? insert_outcome::replayed
                                                              : insert_outcome::key_reused;
                 return {outcome, q.text(0)};
@@ -333,11 +339,11 @@ public:
     void save_state(state_update& u) override {
         std::lock_guard lock(mutex_);
         transaction tx(st_, batch_);
-        query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).run();
+        query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).bind(3, u.tenant).run();
         std::int64_t next = 1;
         {
             query q(st_.tape_next);
-            if (q.bind(1, u.session_id).step()) next = q.int64(0);
+            if (q.bind(1, u.session_id).bind(2, u.tenant).step()) next = q.int64(0);
         }
         // Written into `u` before the commit: a failed save leaves ids that a retry simply reassigns.
         for (auto& e : u.entries) {
@@ -351,10 +357,16 @@ public:
                 .bind(4, json_text(e.payload))
                 .bind(5, e.turn_id)
                 .bind(6, e.created_at)
+                .bind(7, u.tenant)
                 .run();
         }
         auto state = u.state ? std::optional(json_text(*u.state)) : std::nullopt;
-        query(st_.update_session).bind(1, u.session_id).bind(2, next).bind(3, state).run();
+        query(st_.update_session)
+            .bind(1, u.session_id)
+            .bind(2, next)
+            .bind(3, state)
+            .bind(4, u.tenant)
+            .run();
         tx.commit();
     }
 
@@ -390,10 +402,10 @@ public:
         return read_turn(q);
     }
 
-    std::optional<session_record> get_session(const std::string& session_id) override {
+    std::optional<session_record> get_session(const session_ref& session) override {
         std::lock_guard lock(mutex_);
         query q(st_.get_session);
-        if (!q.bind(1, session_id).step()) return std::nullopt;
+        if (!q.bind(1, session.id).bind(2, session.tenant).step()) return std::nullopt;
         session_record s;
         s.session_id = q.text(0);
         s.tenant = q.text(1);
@@ -405,21 +417,21 @@ public:
         return s;
     }
 
-    std::vector<tape_entry> read_tape(const std::string& session_id, std::int64_t after,
+    std::vector<tape_entry> read_tape(const session_ref& session, std::int64_t after,
                                       std::size_t limit) override {
         std::lock_guard lock(mutex_);
         query q(st_.read_tape);
-        q.bind(1, session_id).bind(2, after).bind(3, sql_limit(limit));
+        q.bind(1, session.id).bind(2, after).bind(3, sql_limit(limit)).bind(4, session.tenant);
         std::vector<tape_entry> out;
         while (q.step())
             out.push_back(read_entry(q));
         return out;
     }
 
-    std::vector<tape_entry> tape_tail(const std::string& session_id, std::size_t limit) override {
+    std::vector<tape_entry> tape_tail(const session_ref& session, std::size_t limit) override {
         std::lock_guard lock(mutex_);
         query q(st_.tape_tail);
-        q.bind(1, session_id).bind(2, sql_limit(limit));
+        q.bind(1, session.id).bind(2, sql_limit(limit)).bind(3, session.tenant);
         std::vector<tape_entry> out;
         while (q.step())
             out.push_back(read_entry(q));
@@ -443,6 +455,7 @@ public:
                          .bind(9, o.attempts)
                          .bind(10, std::int64_t{o.uncertain})
                          .bind(11, o.created_at ? o.created_at : now_ms())
+                         .bind(12, o.tenant)
                          .run();
         tx.commit();
         return added > 0;
@@ -492,9 +505,9 @@ public:
         if (!statuses.empty()) statuses += ",";
         std::lock_guard lock(mutex_);
         if (statuses == ",pending,sending," && !f.uncertain_only && !f.channel.empty() &&
-            !f.session_id.empty()) {
+            !f.tenant.empty() && !f.session_id.empty()) {
             query q(st_.open_outbox);
-            q.bind(1, f.channel).bind(2, f.session_id).bind(3, sql_limit(f.limit));
+            q.bind(1, f.channel).bind(2, f.session_id).bind(3, sql_limit(f.limit)).bind(4, f.tenant);
             std::vector<outbox_item> out;
             while (q.step())
                 out.push_back(read_outbox(q));
@@ -505,7 +518,8 @@ public:
             .bind(2, f.session_id)
             .bind(3, std::int64_t{f.uncertain_only})
             .bind(4, statuses)
-            .bind(5, sql_limit(f.limit));
+            .bind(5, sql_limit(f.limit))
+            .bind(6, f.tenant);
         std::vector<outbox_item> out;
         while (q.step())
             out.push_back(read_outbox(q));

@@ -4,7 +4,7 @@
 // reply that arrived meanwhile shows up once after the reconnect). Run through tests/web/run
 // (ctest web_chat).
 // Usage: node chat.test.mjs --baton PATH --bench PATH [--chromium PATH]
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -255,6 +255,48 @@ async function run() {
   const after = await page.locator('.msg.assistant').count();
   check(after === 0, `after a reload ${after} old replies were shown again`);
   check(pageErrors.length === 0, `errors in the page: ${pageErrors.join('; ')}`);
+  await withTokens();
+}
+
+// 4. A daemon with bearer tokens: the page asks for one, refuses a wrong one, chats with the
+// right one (sent as the "bearer.<token>" subprotocol) and keeps it across a reload.
+async function withTokens() {
+  const made = execFileSync(args.baton, ['token', 'new', '--tenant', 'web'], { encoding: 'utf8' }).split('\n');
+  const token = made[0];
+  const config = join(work, 'tokens.json');
+  writeFileSync(config, JSON.stringify({ server: { tokens: [JSON.parse(made[1])] } }));
+  const base = await start('baton (tokens)', args.baton,
+    ['serve', '--config', config, '--listen', '127.0.0.1:0', '--data', join(work, 'data-tokens')]);
+  const page = await browser.newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const pageErrors = [];
+  page.on('pageerror', (e) => pageErrors.push(String(e)));
+  const protocols = [];
+  page.on('websocket', (ws) => protocols.push(ws.url()));
+  await page.goto(`${base}/?session=tokens-${process.pid}`);
+  await expect('the page did not ask for a token', page.waitForSelector('#login:not([hidden])'));
+  check(/needs a token/.test(await page.textContent('#status')), 'the status does not say a token is needed');
+  check(protocols.length === 0, 'the page opened a WebSocket without a token');
+  await page.fill('#token', token + 'x');
+  await page.click('#login-button');
+  await expect('a wrong token was not refused', page.waitForFunction(
+    () => /not accepted/.test(document.querySelector('#status').textContent) &&
+          !document.querySelector('#login').hidden));
+  await page.fill('#token', token);
+  await page.click('#login-button');
+  await expect('the page did not connect with its token', page.waitForSelector('#status[data-state="connected"]'));
+  check(await page.locator('#login').isHidden(), 'the token form is still shown once connected');
+  await page.fill('#input', 'with a token');
+  await page.press('#input', 'Enter');
+  await expect('no reply with a token', page.waitForFunction(
+    () => [...document.querySelectorAll('.msg.assistant.final .text')].some((e) => e.textContent === 'echo: with a token')));
+  await page.reload();
+  await expect('the page did not reconnect with its kept token',
+               page.waitForSelector('#status[data-state="connected"]'));
+  check(await page.locator('#login').isHidden(), 'the kept token was asked for again');
+  check(pageErrors.length === 0, `errors in the token page: ${pageErrors.join('; ')}`);
+  await page.close();
+  log('the token page passed');
 }
 
 const deadline = setTimeout(() => {

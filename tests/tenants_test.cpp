@@ -1,0 +1,402 @@
+// Bearer tokens and tenants (docs/api.md "Security"): the parsers and the authenticator on their
+// own, then a real daemon with three tokens of three tenants, driven over HTTP, SSE and WebSocket
+// as clients would: every 401 and 403, and every cross-tenant answer a 404.
+#include "tests/daemon_fixture.hpp"
+#include "tests/ws_client.hpp"
+
+#include <baton/auth.hpp>
+#include <baton/config.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <fstream>
+#include <set>
+
+using namespace baton;
+using namespace baton::test;
+namespace json = boost::json;
+
+BOOST_AUTO_TEST_SUITE(auth)
+
+BOOST_AUTO_TEST_CASE(bearer_header_parsing) {
+    BOOST_TEST(parse_bearer("Bearer abc").value_or("") == "abc");
+    BOOST_TEST(parse_bearer("bearer   abc  ").value_or("") == "abc");
+    BOOST_TEST(parse_bearer("BEARER a-b.c_d~e+f/g==").value_or("") == "a-b.c_d~e+f/g==");
+    BOOST_TEST(!parse_bearer("Basic YWxhZGRpbjpvcGVuc2VzYW1l"));
+    BOOST_TEST(!parse_bearer("Bearer"));
+    BOOST_TEST(!parse_bearer("Bearer "));
+    BOOST_TEST(!parse_bearer("Bearerabc"));
+    BOOST_TEST(!parse_bearer("Bearer a b"));
+    BOOST_TEST(!parse_bearer("Bearer =abc"));
+    BOOST_TEST(!parse_bearer("Bearer ab=c"));
+    BOOST_TEST(!parse_bearer(""));
+}
+
+BOOST_AUTO_TEST_CASE(websocket_subprotocol_parsing) {
+    auto o = parse_ws_protocols("baton.v1, bearer.bt_xyz-_");
+    BOOST_TEST(o.baton_v1);
+    BOOST_TEST(o.token.value_or("") == "bt_xyz-_");
+    BOOST_TEST(!o.malformed);
+    o = parse_ws_protocols("bearer.");
+    BOOST_TEST(!o.token);
+    BOOST_TEST(!o.baton_v1);
+    o = parse_ws_protocols(" chat ,, bearer.t1 ");
+    BOOST_TEST(o.token.value_or("") == "t1");
+    BOOST_TEST(!o.baton_v1);
+    o = parse_ws_protocols("bearer.a b");
+    BOOST_TEST(o.malformed);
+    BOOST_TEST(!o.token);
+}
+
+BOOST_AUTO_TEST_CASE(made_tokens_are_random_base64url) {
+    std::set<std::string> seen;
+    for (int i = 0; i < 50; ++i) {
+        auto t = make_token();
+        BOOST_TEST(t.size() == 46u);
+        BOOST_TEST(t.starts_with("bt_"));
+        BOOST_TEST(t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
+                                       3) == std::string::npos);
+        // Usable both ways a client can send it.
+        BOOST_TEST(parse_bearer("Bearer " + t).value_or("") == t);
+        BOOST_TEST(parse_ws_protocols("bearer." + t).token.value_or("") == t);
+        seen.insert(t);
+    }
+    BOOST_TEST(seen.size() == 50u);
+}
+
+BOOST_AUTO_TEST_CASE(authenticator_finds_the_tenant_and_scopes) {
+    auto a = make_token(), b = make_token();
+    std::vector<token_config> tokens{{sha256_hex(a), "acme", {"tenant"}},
+                                     {sha256_hex(b), "ops", {"admin"}}};
+    authenticator auth(tokens);
+    BOOST_TEST(auth.enabled());
+    auto who = auth.authenticate(a);
+    BOOST_TEST_REQUIRE(who.has_value());
+    BOOST_TEST(who->tenant == "acme");
+    BOOST_TEST(who->tenant_scope);
+    BOOST_TEST(!who->admin);
+    who = auth.authenticate(b);
+    BOOST_TEST_REQUIRE(who.has_value());
+    BOOST_TEST(who->admin);
+    BOOST_TEST(!who->tenant_scope);
+    BOOST_TEST(!auth.authenticate(a + "x"));
+    BOOST_TEST(!auth.authenticate(""));
+    BOOST_TEST(!auth.authenticate(sha256_hex(a))); // the hash is not the token
+    BOOST_TEST(!authenticator().enabled());
+}
+
+std::string errors_of(const config_result& r) {
+    std::string out;
+    for (const auto& e : r.errors)
+        out += e.to_string() + "\n";
+    return out;
+}
+
+BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
+    std::string hash(64, 'a');
+    auto r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash +
+                          R"(", "tenant": "acme", "scopes": ["tenant", "admin"]}], "metrics_public": true},
+        "tenants": {"acme": {"limits": {"max_running_turns": 2, "turns_per_minute": 60, "tokens_per_day": 1000}}},
+        "channels": {"telegram": {"token_env": "T", "tenant": "acme"},
+                     "schedules": [{"every_ms": 1000, "session": "s", "text": "x", "tenant": "acme"}]}})");
+    BOOST_TEST_REQUIRE(r.errors.empty(), errors_of(r));
+    BOOST_TEST(r.warnings.empty());
+    BOOST_TEST(r.cfg.server.tokens[0].scopes == (std::vector<std::string>{"tenant", "admin"}));
+    BOOST_TEST(r.cfg.server.metrics_public);
+    BOOST_TEST(r.cfg.tenants.at("acme").limits.max_running_turns == 2);
+    BOOST_TEST(r.cfg.tenants.at("acme").limits.turns_per_minute == 60);
+    BOOST_TEST(r.cfg.tenants.at("acme").limits.tokens_per_day == 1000);
+    BOOST_TEST(r.cfg.channels.telegram_tenant == "acme");
+    BOOST_TEST(r.cfg.channels.schedules[0].tenant == "acme");
+
+    // Scopes absent: the tenant scope alone.
+    r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash + R"(", "tenant": "a"}]}})");
+    BOOST_TEST(r.cfg.server.tokens[0].scopes == (std::vector<std::string>{"tenant"}));
+
+    r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash +
+                     R"(", "tenant": "a b", "scopes": ["root", 1]}]}, "tenants": {"x/y": {}, "t": {"limits": {"turns_per_minute": -1, "burst": 2}}}})");
+    auto errors = errors_of(r);
+    BOOST_TEST(errors.find("server.tokens[0].tenant: expected 1-64 characters") != std::string::npos, errors);
+    BOOST_TEST(errors.find("server.tokens[0].scopes[0]: expected \"tenant\" or \"admin\"") != std::string::npos, errors);
+    BOOST_TEST(errors.find("server.tokens[0].scopes[1]") != std::string::npos, errors);
+    BOOST_TEST(errors.find("tenants[\"x/y\"]: a tenant name is") != std::string::npos, errors);
+    BOOST_TEST(errors.find("tenants.t.limits.turns_per_minute") != std::string::npos, errors);
+    BOOST_TEST(errors.find("tenants.t.limits.burst: unknown key") != std::string::npos, errors);
+
+    // A token in clear text is taken (hashed) with a warning that never repeats it.
+    r = parse_config(R"({"server": {"tokens": [{"token": "bt_secret-value", "tenant": "a"}]}})");
+    BOOST_TEST_REQUIRE(r.errors.empty(), errors_of(r));
+    BOOST_TEST(r.cfg.server.tokens[0].sha256 == sha256_hex("bt_secret-value"));
+    BOOST_TEST_REQUIRE(r.warnings.size() == 1u);
+    BOOST_TEST(r.warnings[0].path == "server.tokens[0].token");
+    BOOST_TEST(r.warnings[0].message.find("bt_secret") == std::string::npos);
+    r = parse_config(R"({"server": {"tokens": [{"token": "x", "sha256": ")" + hash + R"(", "tenant": "a"}]}})");
+    BOOST_TEST(errors_of(r).find("server.tokens[0]: expected exactly one of sha256, token") !=
+               std::string::npos);
+
+    // Tokens on a non-loopback address without TLS: a warning, not an error.
+    r = parse_config(R"({"server": {"listen": "0.0.0.0:8080", "tokens": [{"sha256": ")" + hash +
+                     R"(", "tenant": "a"}]}})");
+    BOOST_TEST_REQUIRE(r.errors.empty(), errors_of(r));
+    BOOST_TEST_REQUIRE(r.warnings.size() == 1u);
+    BOOST_TEST(r.warnings[0].path == "server.listen");
+    r = parse_config(R"({"server": {"listen": "0.0.0.0:8080", "tls": {"cert_file": "c.pem", "key_file": "k.pem"},
+                        "tokens": [{"sha256": ")" + hash + R"(", "tenant": "a"}]}})");
+    BOOST_TEST(r.warnings.empty());
+    BOOST_TEST(r.cfg.server.tls->cert_file == "c.pem");
+    r = parse_config(R"({"server": {"tls": {"cert_file": ""}}})");
+    errors = errors_of(r);
+    BOOST_TEST(errors.find("server.tls.key_file: required") != std::string::npos, errors);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+struct issued {
+    std::string token;
+    std::string entry; // the server.tokens entry `baton token new` printed
+};
+
+// `baton token new`, as a user runs it.
+issued new_token(const std::vector<std::string>& args) {
+    std::vector<std::string> all{"token", "new"};
+    all.insert(all.end(), args.begin(), args.end());
+    auto r = run_baton(all);
+    BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
+    auto nl = r.output.find('\n');
+    BOOST_TEST_REQUIRE(nl != std::string::npos);
+    issued out{r.output.substr(0, nl), r.output.substr(nl + 1)};
+    while (!out.entry.empty() && out.entry.back() == '\n')
+        out.entry.pop_back();
+    auto entry = json::parse(out.entry).as_object();
+    BOOST_TEST(entry.at("sha256").as_string() == sha256_hex(out.token));
+    BOOST_TEST(out.entry.find(out.token) == std::string::npos); // only the hash goes in the config
+    return out;
+}
+
+header_list bearer(const std::string& token) {
+    return {{"Authorization", "Bearer " + token}};
+}
+
+const header_list upgrade_headers{{"Upgrade", "websocket"},
+                                  {"Connection", "Upgrade"},
+                                  {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
+                                  {"Sec-WebSocket-Version", "13"}};
+
+struct tenants_fixture : daemon_fixture {
+    issued a, b, ops;
+    explicit tenants_fixture(std::string extra_server = "") : daemon_fixture(deferred{}) {
+        a = new_token({"--tenant", "a"});
+        b = new_token({"--tenant", "b"});
+        ops = new_token({"--tenant", "ops", "--scope", "admin"});
+        auto cfg = write_file("baton.json", R"({"server": {)" + extra_server + R"("tokens": [)" +
+                                                a.entry + "," + b.entry + "," + ops.entry + "]}}");
+        start({"--config", cfg.string()});
+    }
+    std::string post(const issued& who, const std::string& sid, const std::string& text,
+                     header_list extra = {}) {
+        auto h = bearer(who.token);
+        h.insert(h.end(), extra.begin(), extra.end());
+        auto r = request("POST", "/v1/sessions/" + sid + "/messages",
+                         json::serialize(json::object{{"text", text}}), h);
+        BOOST_TEST_REQUIRE((r.status == 202 || r.status == 200), r.body);
+        return std::string(r.json.at("turn_id").as_string());
+    }
+};
+
+struct public_metrics_fixture : tenants_fixture {
+    public_metrics_fixture() : tenants_fixture(R"("metrics_public": true, )") {}
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(tenants_daemon)
+
+BOOST_FIXTURE_TEST_CASE(every_v1_call_needs_a_valid_token, tenants_fixture) {
+    auto tid = post(a, "s1", "hello");
+    wait_for_turn(tid, bearer(a.token));
+    const std::vector<std::pair<std::string, std::string>> calls{
+        {"POST", "/v1/sessions/s1/messages"}, {"GET", "/v1/turns/" + tid},
+        {"GET", "/v1/turns/" + tid + "/events"}, {"POST", "/v1/turns/" + tid + "/cancel"},
+        {"GET", "/v1/sessions/s1"}, {"GET", "/v1/sessions/s1/tape"}, {"GET", "/v1/outbox"},
+        {"GET", "/v1/ws"}, {"GET", "/v1/no-such-thing"}, {"DELETE", "/v1/sessions/s1"},
+        {"GET", "/metrics"}};
+    for (const auto& [method, target] : calls) {
+        std::string body = method == "POST" ? R"({"text":"x"})" : "";
+        auto none = request(method, target, body);
+        BOOST_TEST(none.status == 401u, method << " " << target << ": " << none.body);
+        BOOST_TEST(none.json.at("error").at("code").as_string() == "unauthorized");
+        BOOST_TEST(none.header("WWW-Authenticate").value_or("") == R"(Bearer realm="baton")");
+        auto wrong = request(method, target, body, bearer(a.token + "x"));
+        BOOST_TEST(wrong.status == 401u, method << " " << target);
+        BOOST_TEST(wrong.header("WWW-Authenticate").value_or("").find(R"(error="invalid_token")") !=
+                   std::string::npos);
+        auto basic = request(method, target, body, {{"Authorization", "Basic " + a.token}});
+        BOOST_TEST(basic.status == 401u, method << " " << target);
+        // Nothing about a token is echoed.
+        BOOST_TEST(wrong.body.find(a.token) == std::string::npos);
+    }
+    // The WebSocket upgrade itself.
+    auto up = request("GET", "/v1/ws", "", upgrade_headers);
+    BOOST_TEST(up.status == 401u);
+    auto h = upgrade_headers;
+    h.emplace_back("Sec-WebSocket-Protocol", "baton.v1, bearer.wrong");
+    BOOST_TEST(request("GET", "/v1/ws", "", h).status == 401u);
+    // What stays open.
+    BOOST_TEST(request("GET", "/healthz").status == 200u);
+    BOOST_TEST(request("GET", "/readyz").status == 200u);
+    BOOST_TEST(request("GET", "/").status == 200u);
+    // No token, wrong or right, reaches the log.
+    BOOST_TEST(log().find(a.token) == std::string::npos);
+    BOOST_TEST(log().find(b.token) == std::string::npos);
+}
+
+BOOST_FIXTURE_TEST_CASE(scopes_decide_admin_and_tenant_resources, tenants_fixture) {
+    // A tenant token: not the outbox listing, not /metrics.
+    auto r = request("GET", "/v1/outbox", "", bearer(a.token));
+    BOOST_TEST(r.status == 403u);
+    BOOST_TEST(r.json.at("error").at("code").as_string() == "forbidden");
+    BOOST_TEST(r.header("WWW-Authenticate").value_or("").find(R"(scope="admin")") != std::string::npos);
+    BOOST_TEST(request("GET", "/metrics", "", bearer(a.token)).status == 403u);
+    // The admin token: both, but no sessions of its own.
+    BOOST_TEST(request("GET", "/v1/outbox", "", bearer(ops.token)).status == 200u);
+    auto m = request("GET", "/metrics", "", bearer(ops.token));
+    BOOST_TEST(m.status == 200u);
+    BOOST_TEST(m.body.find("baton_turns_total") != std::string::npos);
+    r = request("POST", "/v1/sessions/s1/messages", R"({"text":"x"})", bearer(ops.token));
+    BOOST_TEST(r.status == 403u);
+    BOOST_TEST(r.header("WWW-Authenticate").value_or("").find(R"(scope="tenant")") != std::string::npos);
+    auto h = upgrade_headers;
+    h.emplace_back("Authorization", "Bearer " + ops.token);
+    BOOST_TEST(request("GET", "/v1/ws", "", h).status == 403u);
+}
+
+BOOST_FIXTURE_TEST_CASE(metrics_can_be_public, public_metrics_fixture) {
+    BOOST_TEST(request("GET", "/metrics").status == 200u);
+    BOOST_TEST(request("GET", "/v1/outbox").status == 401u);
+}
+
+BOOST_FIXTURE_TEST_CASE(tenants_never_see_each_other_over_http, tenants_fixture) {
+    // One session id, two tenants: two sessions.
+    auto ta = post(a, "s1", "from a", {{"Idempotency-Key", "same-key"}});
+    auto tb = post(b, "s1", "from b", {{"Idempotency-Key", "same-key"}});
+    BOOST_TEST(ta != tb);
+    wait_for_turn(ta, bearer(a.token));
+    wait_for_turn(tb, bearer(b.token));
+    auto tape_a = request("GET", "/v1/sessions/s1/tape", "", bearer(a.token));
+    auto tape_b = request("GET", "/v1/sessions/s1/tape", "", bearer(b.token));
+    BOOST_TEST(tape_a.body.find("from a") != std::string::npos);
+    BOOST_TEST(tape_a.body.find("from b") == std::string::npos);
+    BOOST_TEST(tape_b.body.find("from b") != std::string::npos);
+    BOOST_TEST(tape_b.body.find("from a") == std::string::npos);
+    BOOST_TEST(request("GET", "/v1/sessions/s1", "", bearer(a.token)).json.at("turns").as_int64() == 1);
+    // The key replays within its tenant only.
+    auto again = request("POST", "/v1/sessions/s1/messages", R"({"text":"from a"})",
+                         {{"Authorization", "Bearer " + a.token}, {"Idempotency-Key", "same-key"}});
+    BOOST_TEST(again.status == 200u);
+    BOOST_TEST(again.json.at("turn_id").as_string() == ta);
+
+    // Everything of a's answers b as if it did not exist: 404, never 403.
+    auto only_a = post(a, "only-a", "private");
+    wait_for_turn(only_a, bearer(a.token));
+    const std::vector<std::pair<std::string, std::string>> calls{
+        {"GET", "/v1/turns/" + only_a},
+        {"GET", "/v1/turns/" + only_a + "/events"},
+        {"POST", "/v1/turns/" + only_a + "/cancel"},
+        {"GET", "/v1/sessions/only-a"},
+        {"GET", "/v1/sessions/only-a/tape"}};
+    for (const auto& [method, target] : calls) {
+        auto theirs = request(method, target, "", bearer(b.token));
+        BOOST_TEST(theirs.status == 404u, method << " " << target << ": " << theirs.body);
+        BOOST_TEST(theirs.json.at("error").at("code").as_string() == "not_found");
+        BOOST_TEST(theirs.body.find("private") == std::string::npos);
+        // The same answer as for something that never existed.
+        auto unknown = request(method, target == "/v1/sessions/only-a" ? "/v1/sessions/never" : target,
+                               "", bearer(b.token));
+        BOOST_TEST(unknown.status == 404u);
+    }
+    // Its owner still sees it (cancel: already finished).
+    BOOST_TEST(request("GET", "/v1/turns/" + only_a, "", bearer(a.token)).status == 200u);
+    BOOST_TEST(request("POST", "/v1/turns/" + only_a + "/cancel", "", bearer(a.token)).status == 409u);
+    // Its owner follows its events.
+    auto sse = connect();
+    BOOST_TEST_REQUIRE(sse.write(format_request("GET", "/v1/turns/" + only_a + "/events", {}, bearer(a.token))));
+    auto events = sse.read_response();
+    BOOST_TEST_REQUIRE(events.has_value());
+    BOOST_TEST(events->status == 200u);
+    BOOST_TEST(events->body.find("turn.finished") != std::string::npos);
+}
+
+BOOST_FIXTURE_TEST_CASE(tenants_never_see_each_other_over_websocket, tenants_fixture) {
+    // b follows s1 with its token in the header; a (the way a browser does) as a subprotocol.
+    ws_client wb(daemon->host(), daemon->port(), {{"Authorization", "Bearer " + b.token}});
+    ws_client wa(daemon->host(), daemon->port(),
+                 {{"Sec-WebSocket-Protocol", "baton.v1, bearer." + a.token}});
+    BOOST_TEST(wa.protocol() == "baton.v1"); // never the token
+    BOOST_TEST(wb.protocol() == "");
+    wb.send({{"type", "subscribe"}, {"session", "s1"}});
+    wa.send({{"type", "message"}, {"session", "s1"}, {"text", "a's secret"}, {"id", "c-1"}});
+    auto accepted = wa.read_until(frame_type("accepted"));
+    std::string tid(accepted.at("turn_id").as_string());
+    auto reply = wa.read_until(frame_type("reply"));
+    BOOST_TEST(reply.at("text").as_string() == "echo: a's secret");
+    std::string key(reply.at("key").as_string());
+    wa.read_until(event_named("turn.finished", tid));
+    // A turn of b's own s1 reaches b, and b has seen nothing of a's.
+    auto tb = post(b, "s1", "b's own");
+    wb.read_until(event_named("turn.finished", tb));
+    wb.barrier();
+    for (const auto& f : wb.seen) {
+        auto text = json::serialize(f);
+        BOOST_TEST(text.find(tid) == std::string::npos, text);
+        BOOST_TEST(text.find("secret") == std::string::npos, text);
+    }
+    // Frames naming a's things answer b not_found: ack, cancel.
+    wb.send({{"type", "ack"}, {"key", key}, {"id", "x-1"}});
+    auto err = wb.read_until(frame_type("error"));
+    BOOST_TEST(err.at("code").as_string() == "not_found");
+    BOOST_TEST(err.at("id").as_string() == "x-1");
+    wb.send({{"type", "cancel"}, {"turn_id", tid}, {"id", "x-2"}});
+    err = wb.read_until(frame_type("error"));
+    BOOST_TEST(err.at("code").as_string() == "not_found");
+    // a's reply is still unacked (b's ack did nothing): a sees it again on a new subscribe.
+    ws_client wa2(daemon->host(), daemon->port(), {{"Authorization", "Bearer " + a.token}});
+    wa2.send({{"type", "subscribe"}, {"session", "s1"}});
+    auto again = wa2.read_until(frame_type("reply"));
+    BOOST_TEST(again.at("key").as_string() == key);
+    // b's message to s1 is accepted into b's own s1.
+    wb.send({{"type", "message"}, {"session", "s1"}, {"text", "b again"}, {"id", "c-9"}});
+    auto ok = wb.read_until(frame_type("accepted"));
+    BOOST_TEST(ok.at("session").as_string() == "s1");
+}
+
+BOOST_AUTO_TEST_CASE(tokens_allow_a_non_loopback_listen_and_check_config_warns) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto t = new_token({"--tenant", "a"});
+    auto cfg = f.write_file("baton.json", R"({"server": {"tokens": [)" + t.entry + "]}}");
+    // Without tokens this address is refused (docs/api.md); with them it is served.
+    f.start({"--config", cfg.string(), "--listen", "0.0.0.0:0"});
+    connection c("127.0.0.1", f.daemon->port());
+    BOOST_TEST(c.request("GET", "/v1/sessions/x").status == 401u);
+    f.stop();
+
+    auto clear = f.write_file("clear.json", R"({"server": {"listen": "0.0.0.0:8080", "tokens": [{"token": ")" +
+                                                t.token + R"(", "tenant": "a"}]}})");
+    auto r = run_baton({"check-config", clear.string()});
+    BOOST_TEST(r.exit_code == 0, r.output);
+    BOOST_TEST(r.output.find("warning: server.tokens[0].token: a bearer token in clear text") !=
+               std::string::npos, r.output);
+    BOOST_TEST(r.output.find("warning: server.listen: a non-loopback address") != std::string::npos,
+               r.output);
+    BOOST_TEST(r.output.find(t.token) == std::string::npos, r.output);
+    // `baton token hash` gives the entry's digest.
+    auto h = run_baton({"token", "hash"}, t.token + "\n");
+    BOOST_TEST(h.exit_code == 0);
+    BOOST_TEST(h.output == sha256_hex(t.token) + "\n");
+    BOOST_TEST(run_baton({"token", "new"}).exit_code == 2);
+    BOOST_TEST(run_baton({"token", "new", "--tenant", "a/b"}).exit_code == 2);
+    BOOST_TEST(run_baton({"token", "new", "--tenant", "a", "--scope", "root"}).exit_code == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
