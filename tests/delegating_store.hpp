@@ -33,6 +33,9 @@ public:
     std::optional<outbox_item> get_outbox(const std::string& k) override { return inner->get_outbox(k); }
     std::vector<outbox_item> list_outbox(const outbox_filter& f) override { return inner->list_outbox(f); }
     outbox_counts count_outbox() override { return inner->count_outbox(); }
+    std::vector<usage_row> usage_by_day(const std::string& t, time_ms from) override {
+        return inner->usage_by_day(t, from);
+    }
     std::optional<std::string> get_cursor(const std::string& n) override { return inner->get_cursor(n); }
     void set_cursor(const std::string& n, const std::string& v) override { inner->set_cursor(n, v); }
 

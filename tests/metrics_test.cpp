@@ -369,7 +369,14 @@ BOOST_AUTO_TEST_CASE(a_fresh_daemon_shows_every_family_at_zero) {
                                                    {"baton_outbox_items", "gauge"},
                                                    {"baton_outbox_uncertain_items", "gauge"},
                                                    {"baton_open_connections", "gauge"},
-                                                   {"baton_build_info", "gauge"}};
+                                                   {"baton_build_info", "gauge"},
+                                                   // Per tenant: no series yet, only the family.
+                                                   {"baton_tenant_turns_running", "gauge"},
+                                                   {"baton_tenant_sessions_waiting", "gauge"},
+                                                   {"baton_tenant_turns_today", "gauge"},
+                                                   {"baton_tenant_tokens_today", "gauge"},
+                                                   {"baton_tenant_rate_limited_total", "counter"},
+                                                   {"baton_tenant_quota_exceeded_total", "counter"}};
     for (const auto& [name, type] : types) {
         BOOST_TEST_REQUIRE(e.families.contains(name), name);
         BOOST_TEST(e.families.at(name).type == type, name);

@@ -371,6 +371,87 @@ BOOST_FIXTURE_TEST_CASE(tenants_never_see_each_other_over_websocket, tenants_fix
     BOOST_TEST(ok.at("session").as_string() == "s1");
 }
 
+BOOST_AUTO_TEST_CASE(quotas_answer_429_and_usage_survives_a_restart) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto a = new_token({"--tenant", "a"});
+    auto b = new_token({"--tenant", "b"});
+    auto ops = new_token({"--tenant", "ops", "--scope", "admin"});
+    // a: two messages a minute, and one model token a day (the echo model reports a few a turn).
+    auto cfg = f.write_file("baton.json", R"({"server": {"tokens": [)" + a.entry + "," + b.entry + "," +
+                                              ops.entry + R"(]},
+        "tenants": {"a": {"limits": {"turns_per_minute": 2, "tokens_per_day": 1}}}})");
+    f.start({"--config", cfg.string()});
+    auto post = [&](const issued& who, const std::string& text) {
+        return f.request("POST", "/v1/sessions/s1/messages", json::serialize(json::object{{"text", text}}),
+                         bearer(who.token));
+    };
+    auto first = post(a, "one");
+    BOOST_TEST_REQUIRE(first.status == 202u, first.body);
+    f.wait_for_turn(std::string(first.json.at("turn_id").as_string()), bearer(a.token));
+    // The day's budget is spent: quota_exceeded, until the next UTC midnight.
+    auto spent = post(a, "two");
+    BOOST_TEST(spent.status == 429u, spent.body);
+    BOOST_TEST(spent.json.at("error").at("code").as_string() == "quota_exceeded");
+    auto retry = std::stoll(spent.header("Retry-After").value_or("0"));
+    BOOST_TEST((retry >= 1 && retry <= 86400), retry);
+    // b is not held by a's limits.
+    for (int i = 0; i < 5; ++i)
+        BOOST_TEST(post(b, "b" + std::to_string(i)).status == 202u);
+    // The usage a sees is its own.
+    auto usage = f.request("GET", "/v1/usage", "", bearer(a.token));
+    BOOST_TEST_REQUIRE(usage.status == 200u, usage.body);
+    const auto& u = usage.json.as_object();
+    BOOST_TEST(u.at("tenant").as_string() == "a");
+    BOOST_TEST(u.at("today").at("turns").as_int64() == 1);
+    auto tokens = u.at("today").at("tokens").as_int64();
+    BOOST_TEST(tokens >= 1);
+    BOOST_TEST(u.at("days").as_array().size() == 30u);
+    BOOST_TEST(u.at("limits").at("tokens_per_day").as_int64() == 1);
+    BOOST_TEST(u.at("limits").at("max_running_turns").is_null());
+    BOOST_TEST(f.request("GET", "/v1/usage").status == 401u);
+    auto m = f.request("GET", "/metrics", "", bearer(ops.token)).body;
+    BOOST_TEST(m.find("baton_tenant_quota_exceeded_total{tenant=\"a\"} 1") != std::string::npos, m);
+    BOOST_TEST(m.find("baton_tenant_tokens_today{tenant=\"a\"} " + std::to_string(tokens)) !=
+               std::string::npos, m);
+
+    // After a restart the day's usage is still counted: still refused.
+    f.stop();
+    f.start({"--config", cfg.string()});
+    spent = post(a, "three");
+    BOOST_TEST(spent.status == 429u, spent.body);
+    BOOST_TEST(spent.json.at("error").at("code").as_string() == "quota_exceeded");
+    usage = f.request("GET", "/v1/usage", "", bearer(a.token));
+    BOOST_TEST(usage.json.at("today").at("tokens").as_int64() == tokens);
+    // The WebSocket says the same, with retry_after.
+    ws_client w(f.daemon->host(), f.daemon->port(), {{"Authorization", "Bearer " + a.token}});
+    w.send({{"type", "message"}, {"session", "s1"}, {"text", "four"}, {"id", "c-1"}});
+    auto err = w.read_until(frame_type("error"));
+    BOOST_TEST(err.at("code").as_string() == "quota_exceeded");
+    BOOST_TEST(err.at("retry_after").as_int64() >= 1);
+}
+
+BOOST_AUTO_TEST_CASE(the_rate_limit_answers_429_rate_limited) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto a = new_token({"--tenant", "a"});
+    auto cfg = f.write_file("baton.json", R"({"server": {"tokens": [)" + a.entry + R"(]},
+        "tenants": {"a": {"limits": {"turns_per_minute": 2}}}})");
+    f.start({"--config", cfg.string()});
+    std::vector<unsigned> statuses;
+    http_response last;
+    for (int i = 0; i < 4; ++i) {
+        last = f.request("POST", "/v1/sessions/s" + std::to_string(i) + "/messages", R"({"text":"x"})",
+                         bearer(a.token));
+        statuses.push_back(last.status);
+    }
+    // A bucket of two refilled at one each 30 s: the first two pass, the next two wait ~30 s.
+    BOOST_TEST(statuses == (std::vector<unsigned>{202, 202, 429, 429}), boost::test_tools::per_element());
+    BOOST_TEST(last.json.at("error").at("code").as_string() == "rate_limited");
+    auto retry = std::stoll(last.header("Retry-After").value_or("0"));
+    BOOST_TEST((retry >= 1 && retry <= 60), retry);
+    // Nothing refused was stored.
+    BOOST_TEST(f.request("GET", "/v1/sessions/s2", "", bearer(a.token)).status == 404u);
+}
+
 BOOST_AUTO_TEST_CASE(tokens_allow_a_non_loopback_listen_and_check_config_warns) {
     daemon_fixture f(daemon_fixture::deferred{});
     auto t = new_token({"--tenant", "a"});

@@ -89,8 +89,17 @@ std::variant<caller, reply> api::authorize(const request_view& req, scope need) 
 reply error_reply(errc code, std::string_view message) {
     reply r = json_reply(http_status(code),
                          json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
-    if (code == errc::session_queue_full || code == errc::overloaded || code == errc::websocket_full)
+    if (code == errc::session_queue_full || code == errc::overloaded || code == errc::websocket_full ||
+        code == errc::rate_limited || code == errc::quota_exceeded)
         r.headers.emplace_back("Retry-After", "1");
+    return r;
+}
+
+reply error_reply(const api_error& e) {
+    auto r = error_reply(e.code, e.message);
+    if (e.retry_after_s > 0)
+        for (auto& [name, value] : r.headers)
+            if (name == "Retry-After") value = std::to_string(e.retry_after_s);
     return r;
 }
 
@@ -146,6 +155,8 @@ asio::awaitable<reply> api::handle(const request_view& req) {
         co_return co_await get_tape(m.session_id, m.query, who);
     case route_id::list_outbox:
         co_return co_await list_outbox(m.query);
+    case route_id::usage:
+        co_return co_await usage(who);
     case route_id::turn_events:
     case route_id::websocket:
         // Streams: the server handles them before calling here.
@@ -168,6 +179,47 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     }
     co_return error_reply(errc::not_found, "no such resource");
 }
+
+namespace {
+// baton_tenant_*: one series per tenant with limits or turns since start (tenant names are
+// [A-Za-z0-9._-]: no label escaping needed).
+void append_tenant_metrics(std::string& out, const std::vector<tenant_stats>& all) {
+    struct family {
+        const char* name;
+        const char* type;
+        const char* help;
+        std::int64_t tenant_stats::*field;
+    };
+    static constexpr family families[] = {
+        {"baton_tenant_turns_running", "gauge", "Turns running, for tenants with max_running_turns.",
+         &tenant_stats::running},
+        {"baton_tenant_sessions_waiting", "gauge", "Sessions waiting for the tenant's max_running_turns.",
+         &tenant_stats::waiting},
+        {"baton_tenant_turns_today", "gauge", "Turns finished today (UTC).", &tenant_stats::turns_today},
+        {"baton_tenant_tokens_today", "gauge", "Model tokens (prompt + completion) of today's turns (UTC).",
+         &tenant_stats::tokens_today},
+        {"baton_tenant_rate_limited_total", "counter", "Messages refused with 429 rate_limited.",
+         &tenant_stats::rate_limited},
+        {"baton_tenant_quota_exceeded_total", "counter", "Messages refused with 429 quota_exceeded.",
+         &tenant_stats::quota_exceeded},
+    };
+    for (const auto& f : families) {
+        out += "# HELP ";
+        out += f.name;
+        out += ' ';
+        out += f.help;
+        out += "\n# TYPE ";
+        out += f.name;
+        out += ' ';
+        out += f.type;
+        out += '\n';
+        for (const auto& t : all) {
+            out += f.name;
+            out += "{tenant=\"" + t.tenant + "\"} " + std::to_string(t.*(f.field)) + "\n";
+        }
+    }
+}
+} // namespace
 
 // GET /metrics: the counters as they are, the gauges sampled now. The outbox is counted on the
 // store's thread at most once a second, one count at a time; other scrapes reuse the last one.
@@ -207,6 +259,7 @@ asio::awaitable<reply> api::metrics_page() {
     }
     reply r;
     r.body = rt_.fw().metrics().render(g);
+    append_tenant_metrics(r.body, rt_.tenants());
     r.content_type = std::string(metrics_content_type);
     co_return r;
 }
@@ -232,7 +285,7 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
         ar.idem.fingerprint = sha256_hex(sid + "\n" + std::string(req.body));
     }
     auto result = co_await rt_.accept(std::move(ar));
-    if (!result) co_return error_reply(result.error().code, result.error().message);
+    if (!result) co_return error_reply(result.error());
     auto& ok = *result;
     json::object body{{"turn_id", ok.turn_id},
                       {"session_id", ok.session_id},
@@ -265,6 +318,34 @@ asio::awaitable<reply> api::cancel_turn(const std::string& tid, const caller& wh
     if (auto err = co_await rt_.cancel(tid, who.tenant)) co_return error_reply(err->code, err->message);
     co_return json_reply(
         202, json::object{{"turn_id", tid}, {"status", "stopping"}, {"links", turn_links(tid)}});
+}
+
+namespace {
+json::object usage_json(const usage_day& d) {
+    return {{"date", d.date},
+            {"turns", d.turns},
+            {"prompt_tokens", d.prompt_tokens},
+            {"completion_tokens", d.completion_tokens},
+            {"tokens", d.prompt_tokens + d.completion_tokens}};
+}
+json::value limit_json(std::int64_t v) {
+    return v > 0 ? json::value(v) : json::value(nullptr);
+}
+} // namespace
+
+// GET /v1/usage: the caller's tenant's turns and tokens, today and the last 30 days (UTC).
+asio::awaitable<reply> api::usage(const caller& who) {
+    auto u = co_await rt_.usage(who.tenant);
+    json::array days;
+    for (const auto& d : u.days)
+        days.push_back(usage_json(d));
+    co_return json_reply(200, json::object{{"tenant", u.tenant},
+                                           {"today", usage_json(u.today)},
+                                           {"days", std::move(days)},
+                                           {"limits",
+                                            {{"max_running_turns", limit_json(u.limits.max_running_turns)},
+                                             {"turns_per_minute", limit_json(u.limits.turns_per_minute)},
+                                             {"tokens_per_day", limit_json(u.limits.tokens_per_day)}}}});
 }
 
 asio::awaitable<reply> api::get_session(const std::string& sid, const caller& who) {

@@ -58,6 +58,8 @@ struct reply {
 };
 
 reply error_reply(errc code, std::string_view message);
+// The same for a refusal of the runtime's (a 429 with its Retry-After).
+reply error_reply(const api_error& e);
 
 class api {
 public:
@@ -85,6 +87,7 @@ private:
     asio::awaitable<reply> get_session(const std::string& sid, const caller& who);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query, const caller& who);
     asio::awaitable<reply> list_outbox(std::string_view query);
+    asio::awaitable<reply> usage(const caller& who);
     asio::awaitable<reply> metrics_page();
 
     runtime& rt_;

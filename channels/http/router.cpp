@@ -29,6 +29,7 @@ const std::vector<pattern>& patterns() {
         {"GET", {"v1", "turns", "{tid}", "events"}, route_id::turn_events},
         {"GET", {"v1", "ws"}, route_id::websocket},
         {"GET", {"v1", "outbox"}, route_id::list_outbox},
+        {"GET", {"v1", "usage"}, route_id::usage},
         {"GET", {"healthz"}, route_id::healthz},
         {"GET", {"readyz"}, route_id::readyz},
         {"GET", {"metrics"}, route_id::metrics},

@@ -24,6 +24,7 @@ enum class route_id {
     turn_events,
     websocket,
     list_outbox,
+    usage,
     web_page
 };
 

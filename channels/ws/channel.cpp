@@ -24,6 +24,12 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
         {"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
 }
 
+std::string error_frame(std::string_view id, const api_error& e) {
+    json::object f{{"type", "error"}, {"id", frame_id(id)}, {"code", code_name(e.code)}, {"message", e.message}};
+    if (e.retry_after_s > 0) f["retry_after"] = e.retry_after_s;
+    return json::serialize(f);
+}
+
 channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {
     // A ws reply goes to whoever follows its session: there is no recipient to name.
     rt_.add_route("ws", [](std::string_view) { return std::optional<std::string>(); });

@@ -91,5 +91,7 @@ std::string reply_frame(const outbox_item& item);
 json::value frame_id(std::string_view id);
 // {"type":"error","id","code","message"} (id null when the frame had none)
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
+// The same for a refusal of the runtime's: a 429 adds "retry_after" (seconds).
+std::string error_frame(std::string_view id, const api_error& e);
 
 } // namespace baton::ws

@@ -257,7 +257,7 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
             {"type", "accepted"}, {"id", frame}, {"turn_id", ok.turn_id}, {"session", sid}}));
     };
     auto result = co_await ch_.rt().accept(std::move(ar));
-    if (!result) send(error_frame(id, code_name(result.error().code), result.error().message));
+    if (!result) send(error_frame(id, result.error()));
 }
 } // namespace
 

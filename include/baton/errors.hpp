@@ -5,6 +5,7 @@
 #include <boost/assert/source_location.hpp>
 #include <boost/system/error_code.hpp>
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -50,6 +51,7 @@ unsigned http_status(errc e);       // 429
 struct api_error {
     errc code = errc::internal_error;
     std::string message;
+    std::int64_t retry_after_s = 0; // > 0: the Retry-After a 429 carries (seconds)
 };
 // What boost::system::result<T, api_error>::value() throws on an error: a system_error with the
 // errc and the message.

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,33 @@ struct runtime_options {
     event_hub_options events;
     // What idle compaction waits on; channels built on this runtime take it too (clock()).
     std::shared_ptr<baton::clock> clock = system_clock();
+    // Per-tenant limits (config `tenants.<name>.limits`); a tenant not named has none.
+    std::map<std::string, tenant_limits> tenants;
+};
+
+// GET /v1/usage: a tenant's finished turns and model tokens by UTC day.
+struct usage_day {
+    std::string date; // YYYY-MM-DD (UTC)
+    std::int64_t turns = 0;
+    std::int64_t prompt_tokens = 0;
+    std::int64_t completion_tokens = 0;
+};
+struct tenant_usage {
+    std::string tenant;
+    usage_day today;
+    std::vector<usage_day> days; // the last 30 days, today included, oldest first; days without turns too
+    tenant_limits limits;
+};
+
+// A tenant's live figures (/metrics' baton_tenant_* series).
+struct tenant_stats {
+    std::string tenant;
+    std::int64_t running = 0;         // turns running under max_running_turns
+    std::int64_t waiting = 0;         // sessions waiting for a slot
+    std::int64_t turns_today = 0;
+    std::int64_t tokens_today = 0;
+    std::int64_t rate_limited = 0;    // messages refused, since start
+    std::int64_t quota_exceeded = 0;
 };
 
 struct session_view {
@@ -98,6 +126,11 @@ public:
     // when `channel` is given and the item is another channel's, or `tenant` and another tenant's.
     asio::awaitable<bool> outbox_delivered(std::string key, std::string channel = {},
                                            std::string tenant = {});
+
+    // The tenant's usage: finished turns and tokens, today and the last 30 days (from the store).
+    asio::awaitable<tenant_usage> usage(std::string tenant);
+    // Every tenant with limits or turns since start.
+    std::vector<tenant_stats> tenants() const;
 
     // Cancels a queued or running turn: it ends `stopped` (a running one keeps its partial reply).
     // Errors: not_found (also another tenant's turn), turn_not_running (already finished).

@@ -101,6 +101,17 @@ public:
     };
     virtual outbox_counts count_outbox();
 
+    // Finished turns counted by tenant and UTC day (finished_at / 86400000), for turns finished
+    // at or after `from`; `tenant` empty: every tenant. Ascending by tenant, then day.
+    struct usage_row {
+        std::string tenant;
+        std::int64_t day = 0;
+        std::int64_t turns = 0;
+        std::int64_t prompt_tokens = 0;
+        std::int64_t completion_tokens = 0;
+    };
+    virtual std::vector<usage_row> usage_by_day(const std::string& tenant, time_ms from) = 0;
+
     // Channel cursors: small named values a channel must keep across restarts (the Telegram
     // update offset, a schedule's last fire). nullopt when never set.
     virtual std::optional<std::string> get_cursor(const std::string& name) = 0;

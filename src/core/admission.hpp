@@ -31,9 +31,11 @@ struct turn_slot {
 
 struct session_actor {
     session_actor(std::string k, boost::asio::any_io_executor ex, std::size_t shard_index)
-        : key(std::move(k)), strand(detail::make_thin_strand(ex)), shard(shard_index) {}
+        : key(std::move(k)), tenant(key.substr(0, key.find('/'))),
+          strand(detail::make_thin_strand(ex)), shard(shard_index) {}
 
     const std::string key; // session_ref::key(): tenant and id
+    const std::string tenant;
     boost::asio::any_io_executor strand; // a strand (detail::make_thin_strand)
     const std::size_t shard;
     // Guarded by the shard's mutex.

@@ -3,6 +3,7 @@
 #include <baton/runtime.hpp>
 
 #include "src/core/admission.hpp"
+#include "src/core/tenant_quotas.hpp"
 #include "src/core/turn_cache.hpp"
 
 #include <boost/asio/as_tuple.hpp>
@@ -51,7 +52,7 @@ struct running_turn {
 struct runtime::impl {
     impl(asio::any_io_executor e, runtime& r, runtime_options o)
         : ex(std::move(e)), rt(r), clk(o.clock ? std::move(o.clock) : system_clock()), actors(ex),
-          hub(o.events) {}
+          hub(o.events), quotas(o.tenants, clk), limits(std::move(o.tenants)) {}
 
     asio::any_io_executor ex;
     runtime& rt;
@@ -59,6 +60,8 @@ struct runtime::impl {
     detail::actor_registry actors;
     detail::turn_cache turns;
     event_hub hub;
+    detail::tenant_quotas quotas;
+    const std::map<std::string, tenant_limits> limits;
     std::mutex running_mutex;
     std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
@@ -68,7 +71,10 @@ struct runtime::impl {
     std::optional<api_error> check_deliver(const json::value& deliver) const;
 
     void kick(const std::shared_ptr<session_actor>& a);
-    asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a);
+    // `holding`: the tenant's running-turn slot was handed over already (tenant_quotas::release).
+    asio::awaitable<void> drain_loop(std::shared_ptr<session_actor> a, bool holding = false);
+    // Gives the tenant's slot back, or hands it on to the session waiting for it.
+    void release_slot(const std::string& tenant);
     asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                    std::vector<turn_record> collected);
     // Stores a turn's end and publishes it; `retry`: until stored (or draining), else once.
@@ -220,11 +226,28 @@ void runtime::impl::kick(const std::shared_ptr<session_actor>& a) {
     asio::co_spawn(a->strand, std::move(loop), log::spawn_logger{"session " + a->key});
 }
 
-// The session's one consumer: a turn starts only after the previous one has finished.
-asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a) {
+void runtime::impl::release_slot(const std::string& tenant) {
+    if (auto next = quotas.release(tenant)) {
+        auto loop = drain_loop(next, true);
+        asio::co_spawn(next->strand, std::move(loop), log::spawn_logger{"session " + next->key});
+    }
+}
+
+// The session's one consumer: a turn starts only after the previous one has finished. A tenant
+// at its max_running_turns makes it wait (the drainer stays claimed, the turn queued) until a
+// turn of the tenant ends and hands the slot on, first come first served.
+asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a, bool holding) {
+    const bool gated = quotas.limited_concurrency(a->tenant);
     for (;;) {
+        if (gated && !holding) {
+            if (!quotas.acquire(a->tenant, a)) co_return; // release_slot() resumes it
+            holding = true;
+        }
         auto next = actors.next_turn(*a, rt.draining());
-        if (!next) co_return;
+        if (!next) {
+            if (gated) release_slot(a->tenant);
+            co_return;
+        }
         if (next->compaction) {
             co_await run_compaction(a, std::move(next->record));
             actors.turn_done(*a);
@@ -237,6 +260,11 @@ asio::awaitable<void> runtime::impl::drain_loop(std::shared_ptr<session_actor> a
             collected = actors.take_ready(*a, next->record.agent);
         co_await run_turn(a, std::move(next->record), std::move(collected));
         actors.turn_done(*a);
+        if (gated) {
+            // Another session of the tenant may have waited: it goes first.
+            release_slot(a->tenant);
+            holding = false;
+        }
     }
 }
 
@@ -488,6 +516,7 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
             auto finish = [rec](store& s) { s.finish_turn(rec); };
             co_await rt.fw_.db().run(std::move(finish));
             turns.finished(rec);
+            quotas.add_usage(rec.tenant, clk->utc_ms(), rec.usage);
             if (attempt > 1)
                 log::info("stored the end of a turn at last",
                           {{"turn_id", rec.turn_id}, {"attempts", attempt}});
@@ -552,6 +581,8 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (auto bad = impl_->check_deliver(req.deliver)) co_return std::move(*bad);
     if (!valid_tenant_name(req.tenant))
         co_return api_error{errc::invalid_request, "invalid tenant name: " + req.tenant};
+    // Before anything is stored: a refused message was never accepted, nothing is dropped.
+    if (auto refused = impl_->quotas.admit(req.tenant)) co_return std::move(*refused);
 
     turn_record rec;
     rec.turn_id = make_turn_id();
@@ -693,7 +724,45 @@ asio::awaitable<bool> runtime::outbox_delivered(std::string key, std::string cha
     co_return co_await fw_.db().run(std::move(mark));
 }
 
+std::vector<tenant_stats> runtime::tenants() const {
+    std::vector<tenant_stats> out;
+    for (auto& s : impl_->quotas.snapshot())
+        out.push_back({s.tenant, s.running, s.waiting, s.turns_today, s.tokens_today, s.rate_limited,
+                       s.quota_exceeded});
+    return out;
+}
+
+asio::awaitable<tenant_usage> runtime::usage(std::string tenant) {
+    auto today = detail::utc_day(impl_->clk->utc_ms());
+    auto from = (today - 29) * detail::ms_per_day;
+    auto read = [tenant, from](store& s) { return s.usage_by_day(tenant, from); };
+    auto rows = co_await fw_.db().run(std::move(read));
+    tenant_usage u;
+    u.tenant = tenant;
+    if (auto it = impl_->limits.find(tenant); it != impl_->limits.end()) u.limits = it->second;
+    for (auto day = today - 29; day <= today; ++day) {
+        usage_day d;
+        d.date = format_time(day * detail::ms_per_day).substr(0, 10);
+        for (const auto& r : rows)
+            if (r.day == day) {
+                d.turns += r.turns;
+                d.prompt_tokens += r.prompt_tokens;
+                d.completion_tokens += r.completion_tokens;
+            }
+        u.days.push_back(std::move(d));
+    }
+    u.today = u.days.back();
+    co_return u;
+}
+
 asio::awaitable<std::size_t> runtime::recover() {
+    // Today's usage as the store counted it: tokens_per_day holds across a restart.
+    {
+        auto today = detail::utc_day(impl_->clk->utc_ms());
+        auto read = [from = today * detail::ms_per_day](store& s) { return s.usage_by_day("", from); };
+        for (const auto& r : co_await fw_.db().run(std::move(read)))
+            impl_->quotas.restore_usage(r.tenant, r.day, r.turns, r.prompt_tokens + r.completion_tokens);
+    }
     auto list = [](store& s) { return s.unfinished_turns(); };
     auto turns = co_await fw_.db().run(list);
     std::vector<std::shared_ptr<session_actor>> to_kick;

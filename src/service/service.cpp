@@ -159,6 +159,8 @@ service::service(asio::any_io_executor ex, service_options opts)
     runtime_options ro;
     ro.events.events_per_turn = static_cast<std::size_t>(cfg.server.events_per_turn);
     ro.clock = i.opts.clock;
+    for (const auto& [name, t] : cfg.tenants)
+        ro.tenants[name] = t.limits;
     i.rt = std::make_unique<baton::runtime>(i.ex, *i.fw, ro);
     i.rt->on_turn_finished([p = impl_.get()](const turn_record& rec) { p->turn_finished(rec); });
     delivery_options delivery_opts;
@@ -226,12 +228,6 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     if (cfg.server.tls)
         co_return failure<nothing>(errc::invalid_config,
                                    "server.tls: TLS on the listener is not available in this build", diag);
-    for (const auto& [name, t] : cfg.tenants)
-        if (t.limits.max_running_turns || t.limits.turns_per_minute || t.limits.tokens_per_day)
-            co_return failure<nothing>(errc::invalid_config,
-                                       "tenants." + name + ".limits: per-tenant limits are not "
-                                       "enforced in this build",
-                                       diag);
     // With tokens every /v1 call is authenticated: any address may be listened on.
     if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen(cfg.server.listen) &&
         !i.opts.allow_unauthenticated_remote)

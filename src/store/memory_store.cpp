@@ -326,6 +326,26 @@ public:
         return out;
     }
 
+    std::vector<usage_row> usage_by_day(const std::string& tenant, time_ms from) override {
+        std::map<std::pair<std::string, std::int64_t>, usage_row> rows;
+        std::lock_guard<short_mutex> lock(mutex_);
+        for (const auto& [id, t] : turns_) {
+            if (!t.finished_at || *t.finished_at < from) continue;
+            if (!tenant.empty() && t.tenant != tenant) continue;
+            auto day = *t.finished_at / 86'400'000;
+            auto& r = rows[{t.tenant, day}];
+            r.tenant = t.tenant;
+            r.day = day;
+            r.turns += 1;
+            r.prompt_tokens += t.usage.prompt_tokens;
+            r.completion_tokens += t.usage.completion_tokens;
+        }
+        std::vector<usage_row> out;
+        for (auto& [k, r] : rows)
+            out.push_back(std::move(r));
+        return out;
+    }
+
     outbox_counts count_outbox() override {
         std::lock_guard<short_mutex> lock(mutex_);
         outbox_counts n;

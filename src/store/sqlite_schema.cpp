@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 6> migrations{
+constexpr std::array<std::string_view, 7> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -203,6 +203,11 @@ UPDATE outbox SET tenant = coalesce((SELECT t.tenant FROM turns t WHERE t.turn_i
 DROP INDEX outbox_open;
 CREATE INDEX outbox_open ON outbox(channel, tenant, session_id, seq)
     WHERE status IN ('pending', 'sending');
+)sql",
+    // 7: usage per tenant and day (GET /v1/usage, tokens_per_day after a restart) is counted from
+    // the finished turns.
+    R"sql(
+CREATE INDEX turns_usage ON turns(tenant, finished_at) WHERE finished_at IS NOT NULL;
 )sql",
 };
 

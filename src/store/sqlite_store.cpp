@@ -144,6 +144,10 @@ struct statements {
           open_outbox(db, "SELECT " + outbox_columns +
                               " FROM outbox WHERE channel = ?1 AND tenant = ?4 AND session_id = ?2 "
                               "AND status IN ('pending', 'sending') ORDER BY seq LIMIT ?3"),
+          usage(db, "SELECT tenant, finished_at / 86400000 AS day, count(*), sum(prompt_tokens), "
+                    "sum(completion_tokens) FROM turns WHERE (?1 = '' OR tenant = ?1) AND "
+                    "finished_at IS NOT NULL AND finished_at >= ?2 GROUP BY tenant, day "
+                    "ORDER BY tenant, day"),
           count_outbox(db,
                        "SELECT status, sum(n), sum(uncertain * n) FROM outbox_counts GROUP BY status") {}
 
@@ -153,7 +157,7 @@ struct statements {
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
     statement add_outbox, update_outbox, get_cursor, set_cursor;
     statement get_outbox, list_outbox, open_outbox;
-    statement count_outbox;
+    statement usage, count_outbox;
 };
 
 // A group commit in progress (store_runner): calls run as savepoints of one open transaction.
@@ -523,6 +527,16 @@ public:
         std::vector<outbox_item> out;
         while (q.step())
             out.push_back(read_outbox(q));
+        return out;
+    }
+
+    std::vector<usage_row> usage_by_day(const std::string& tenant, time_ms from) override {
+        std::lock_guard lock(mutex_);
+        query q(st_.usage);
+        q.bind(1, tenant).bind(2, from);
+        std::vector<usage_row> out;
+        while (q.step())
+            out.push_back({q.text(0), q.int64(1), q.int64(2), q.int64(3), q.int64(4)});
         return out;
     }
 
