@@ -11,6 +11,7 @@
 
 #include <fstream>
 #include <set>
+#include <thread>
 
 using namespace baton;
 using namespace baton::test;
@@ -478,6 +479,38 @@ BOOST_AUTO_TEST_CASE(tokens_allow_a_non_loopback_listen_and_check_config_warns) 
     BOOST_TEST(run_baton({"token", "new"}).exit_code == 2);
     BOOST_TEST(run_baton({"token", "new", "--tenant", "a/b"}).exit_code == 2);
     BOOST_TEST(run_baton({"token", "new", "--tenant", "a", "--scope", "root"}).exit_code == 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(connection_limits)
+
+BOOST_AUTO_TEST_CASE(one_connection_over_max_connections_gets_503_and_the_daemon_goes_on) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto cfg = f.write_file("baton.json", R"({"server": {"max_connections": 2}})");
+    f.start({"--config", cfg.string()});
+    // Two connections held open, one of them a WebSocket: both count.
+    auto first = f.connect();
+    BOOST_TEST(first.request("GET", "/healthz").status == 200u);
+    ws_client ws(f.daemon->host(), f.daemon->port());
+    auto third = f.connect();
+    auto refused = third.request("GET", "/healthz");
+    BOOST_TEST(refused.status == 503u);
+    BOOST_TEST(refused.json.at("error").at("code").as_string() == "overloaded");
+    BOOST_TEST(refused.header("Retry-After").value_or("") == "1");
+    // The held ones are served as before.
+    BOOST_TEST(first.request("GET", "/readyz").status == 200u);
+    ws.send({{"type", "ping"}});
+    BOOST_TEST(ws.read_until(frame_type("pong")).at("type").as_string() == "pong");
+    // A place freed is taken again.
+    ws.drop();
+    bool served = false;
+    for (int i = 0; i < 200 && !served; ++i) {
+        auto again = f.connect();
+        served = again.request("GET", "/healthz").status == 200u;
+        if (!served) std::this_thread::sleep_for(10ms);
+    }
+    BOOST_TEST(served);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -56,6 +56,7 @@ public:
         o.sse_heartbeat = cfg.server.sse_heartbeat;
         o.access.tokens = authenticator(cfg.server.tokens);
         o.access.metrics_public = cfg.server.metrics_public;
+        o.max_connections = static_cast<std::size_t>(cfg.server.max_connections);
         auto& rt = host.runtime();
         server_ = std::make_unique<http_server>(
             host.get_executor(), rt, o, [this, &rt] { return ready_.load() && !rt.draining(); },

@@ -9,6 +9,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -102,9 +103,19 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
     ws::channel* ws;
     metrics_registry& metrics;
     std::atomic<bool> stopped{false};
+    // Connections open now (HTTP, SSE, WebSocket): each holds a share of this until it closes.
+    std::shared_ptr<std::atomic<std::size_t>> open = std::make_shared<std::atomic<std::size_t>>(0);
+    std::shared_ptr<void> take_connection() {
+        auto n = open->fetch_add(1) + 1;
+        auto counter = open;
+        std::shared_ptr<void> share(counter.get(), [counter](void*) { counter->fetch_sub(1); });
+        if (n > opts.max_connections) return nullptr; // the share is given back at once
+        return share;
+    }
 
     static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
-    static asio::awaitable<void> serve(std::shared_ptr<impl> self, tcp::socket socket);
+    static asio::awaitable<void> serve(std::shared_ptr<impl> self, tcp::socket socket,
+                                       std::shared_ptr<void> share);
     asio::awaitable<bool> write(beast::tcp_stream& stream, unsigned version, bool keep_alive,
                                 http::reply r);
     asio::awaitable<bool> stream_events(beast::tcp_stream& stream, unsigned version, bool keep_alive,
@@ -285,7 +296,8 @@ asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsign
 }
 
 // One connection: requests are read and answered in order (pipelined ones wait in the buffer).
-asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::socket socket) {
+asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::socket socket,
+                                               std::shared_ptr<void> share) {
     // Until the connection closes or becomes a WebSocket (counted by its slot from then on).
     auto open = self->metrics.open_connection(connection_kind::http);
     beast::tcp_stream stream(std::move(socket));
@@ -384,12 +396,14 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             struct counted_slot {
                 std::shared_ptr<void> slot;
                 metrics_registry::connection_guard open;
+                std::shared_ptr<void> share; // of server.max_connections
             };
             // Not an HTTP connection any more: uncounted before it counts as a WebSocket, so
             // that no scrape sees it as both.
             open = metrics_registry::connection_guard{};
             slot = std::make_shared<counted_slot>(counted_slot{
-                std::move(slot), self->metrics.open_connection(connection_kind::websocket)});
+                std::move(slot), self->metrics.open_connection(connection_kind::websocket),
+                std::move(share)});
             auto ex = stream.get_executor();
             boost::system::error_code blocking_ec;
             stream.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
@@ -460,8 +474,38 @@ asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self)
         }
         boost::system::error_code nodelay_ec;
         socket.set_option(tcp::no_delay(true), nodelay_ec);
+        auto share = self->take_connection();
+        if (!share) {
+            // server.max_connections: a short answer written without waiting (what the socket
+            // takes now), then the connection is closed. No request is read.
+            static const std::string full = [] {
+                auto body = std::string(R"({"error":{"code":"overloaded","message":"too many connections"}})");
+                return "HTTP/1.1 503 Service Unavailable\r\nServer: baton\r\nContent-Type: "
+                       "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body;
+            }();
+            boost::system::error_code wec;
+            socket.non_blocking(true, wec);
+            socket.write_some(asio::buffer(full), wec);
+            socket.shutdown(tcp::socket::shutdown_send, wec);
+            // What the client sent meanwhile is read and dropped for at most a second, so that
+            // closing does not reset the connection before it has read the answer.
+            auto drain = [](tcp::socket s) -> asio::awaitable<void> {
+                beast::tcp_stream stream(std::move(s));
+                stream.expires_after(std::chrono::seconds(1));
+                char sink[4096];
+                for (;;) {
+                    auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+                    if (ec) break;
+                }
+            };
+            auto ex = socket.get_executor();
+            asio::co_spawn(ex, drain(std::move(socket)), asio::detached);
+            continue;
+        }
         auto conn_ex = socket.get_executor();
-        asio::co_spawn(conn_ex, serve(self, std::move(socket)), log::spawn_logger{"http connection"});
+        asio::co_spawn(conn_ex, serve(self, std::move(socket), std::move(share)),
+                       log::spawn_logger{"http connection"});
     }
 }
 

@@ -23,6 +23,7 @@ struct http_server_options {
     std::chrono::milliseconds body_timeout{30000};
     std::chrono::milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
     http::access_options access;                    // tokens; /metrics without one
+    std::size_t max_connections = 20000;            // open at once; one more gets 503 and is closed
 };
 
 namespace ws {

@@ -92,6 +92,8 @@ struct server_config {
     std::int64_t max_body_bytes = 1048576;
     std::vector<token_config> tokens;
     bool metrics_public = false; // GET /metrics without a token even when tokens are configured
+    // TCP connections open at once (HTTP, SSE and WebSocket); one more is answered 503 and closed.
+    std::int64_t max_connections = 20000;
     std::optional<tls_config> tls;
     milliseconds header_timeout{10000};
     milliseconds idle_timeout{60000};

@@ -128,8 +128,9 @@ void read_server(config_errors& e, config_errors& warnings, const json::value& v
     object_reader o(
         e, v, "server",
         {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
-         "sse_heartbeat_ms", "events_per_turn", "metrics_public", "tls"});
+         "sse_heartbeat_ms", "events_per_turn", "metrics_public", "tls", "max_connections"});
     o.read("metrics_public", out.metrics_public);
+    o.read("max_connections", out.max_connections, 1);
     if (const json::value* t = o.find("tls")) read_tls(e, *t, o.path("tls"), out.tls);
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
         o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
