@@ -52,7 +52,7 @@ struct running_turn {
 struct runtime::impl {
     impl(asio::any_io_executor e, runtime& r, runtime_options o)
         : ex(std::move(e)), rt(r), clk(o.clock ? std::move(o.clock) : system_clock()), actors(ex),
-          hub(o.events), quotas(o.tenants, clk), limits(std::move(o.tenants)) {}
+          hub(o.events), quotas(std::move(o.tenants), clk) {}
 
     asio::any_io_executor ex;
     runtime& rt;
@@ -61,7 +61,6 @@ struct runtime::impl {
     detail::turn_cache turns;
     event_hub hub;
     detail::tenant_quotas quotas;
-    const std::map<std::string, tenant_limits> limits;
     std::mutex running_mutex;
     std::unordered_map<std::string, std::shared_ptr<running_turn>> running;
     std::mutex observers_mutex;
@@ -739,7 +738,7 @@ asio::awaitable<tenant_usage> runtime::usage(std::string tenant) {
     auto rows = co_await fw_.db().run(std::move(read));
     tenant_usage u;
     u.tenant = tenant;
-    if (auto it = impl_->limits.find(tenant); it != impl_->limits.end()) u.limits = it->second;
+    u.limits = impl_->quotas.limits(tenant);
     for (auto day = today - 29; day <= today; ++day) {
         usage_day d;
         d.date = format_time(day * detail::ms_per_day).substr(0, 10);

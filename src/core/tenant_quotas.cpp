@@ -5,9 +5,15 @@
 namespace baton::detail {
 
 tenant_quotas::tenant_quotas(std::map<std::string, tenant_limits> limits, std::shared_ptr<baton::clock> clk)
-    : clk_(clk ? std::move(clk) : system_clock()) {
-    for (auto& [name, l] : limits)
-        tenants_[name].limits = l;
+    : limits_(std::move(limits)), clk_(clk ? std::move(clk) : system_clock()) {
+    for (const auto& [name, l] : limits_)
+        tenants_[name]; // listed in the metrics from the start
+}
+
+const tenant_limits& tenant_quotas::limits(const std::string& tenant) const {
+    static const tenant_limits none;
+    auto it = limits_.find(tenant);
+    return it == limits_.end() ? none : it->second;
 }
 
 tenant_quotas::state& tenant_quotas::of(const std::string& tenant) {
@@ -24,11 +30,14 @@ void tenant_quotas::roll(state& s, std::int64_t today) {
 }
 
 std::optional<api_error> tenant_quotas::admit(const std::string& tenant) {
+    // A tenant without a rate or a budget (most, and every one without tenants config) takes no lock.
+    const auto& fixed = limits(tenant);
+    if (fixed.turns_per_minute <= 0 && fixed.tokens_per_day <= 0) return std::nullopt;
     std::lock_guard lock(mutex_);
     auto it = tenants_.find(tenant);
     if (it == tenants_.end()) return std::nullopt;
     auto& s = it->second;
-    const auto& l = s.limits;
+    const auto& l = fixed;
     if (l.tokens_per_day > 0) {
         auto utc = clk_->utc_ms();
         roll(s, utc_day(utc));
@@ -84,18 +93,13 @@ void tenant_quotas::restore_usage(const std::string& tenant, std::int64_t day, s
     s.tokens_today += tokens;
 }
 
-bool tenant_quotas::limited_concurrency(const std::string& tenant) const {
-    std::lock_guard lock(mutex_);
-    auto it = tenants_.find(tenant);
-    return it != tenants_.end() && it->second.limits.max_running_turns > 0;
-}
-
 bool tenant_quotas::acquire(const std::string& tenant, const std::shared_ptr<session_actor>& a) {
+    if (!limited_concurrency(tenant)) return true;
     std::lock_guard lock(mutex_);
     auto it = tenants_.find(tenant);
-    if (it == tenants_.end() || it->second.limits.max_running_turns <= 0) return true;
+    if (it == tenants_.end()) return true;
     auto& s = it->second;
-    if (s.running < s.limits.max_running_turns && s.waiting.empty()) {
+    if (s.running < limits(tenant).max_running_turns && s.waiting.empty()) {
         ++s.running;
         return true;
     }
@@ -104,9 +108,10 @@ bool tenant_quotas::acquire(const std::string& tenant, const std::shared_ptr<ses
 }
 
 std::shared_ptr<session_actor> tenant_quotas::release(const std::string& tenant) {
+    if (!limited_concurrency(tenant)) return nullptr;
     std::lock_guard lock(mutex_);
     auto it = tenants_.find(tenant);
-    if (it == tenants_.end() || it->second.limits.max_running_turns <= 0) return nullptr;
+    if (it == tenants_.end()) return nullptr;
     auto& s = it->second;
     if (!s.waiting.empty()) {
         // The slot goes to the session that waited longest: `running` stays as it is.

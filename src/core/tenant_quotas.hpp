@@ -58,11 +58,12 @@ public:
     };
     // Every tenant with limits or usage (metrics).
     std::vector<stats> snapshot() const;
-    bool limited_concurrency(const std::string& tenant) const;
+    bool limited_concurrency(const std::string& tenant) const { return limits(tenant).max_running_turns > 0; }
+    // The tenant's limits (none: all zero). Fixed at construction: read without the lock.
+    const tenant_limits& limits(const std::string& tenant) const;
 
 private:
     struct state {
-        tenant_limits limits;
         clock::time_point tat{};        // GCRA: theoretical arrival time
         bool tat_set = false;
         std::int64_t day = -1;
@@ -74,6 +75,7 @@ private:
     state& of(const std::string& tenant);
     void roll(state& s, std::int64_t today);
 
+    const std::map<std::string, tenant_limits> limits_;
     std::shared_ptr<baton::clock> clk_;
     mutable std::mutex mutex_;
     std::unordered_map<std::string, state> tenants_;
