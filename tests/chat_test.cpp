@@ -108,7 +108,8 @@ BOOST_AUTO_TEST_CASE(bad_options_exit_2_with_a_message) {
                                           {"chat", "--session", ""},
                                           {"chat", "--bogus", "1"},
                                           {"chat", "--url", "ftp://127.0.0.1:1"},
-                                          {"chat", "--url", "wss://127.0.0.1:1"},
+                                          {"chat", "--url", "ws://127.0.0.1:1", "--cacert", "/tmp/x"},
+                                          {"chat", "--cacert", "/tmp/x"},
                                           {"chat", "--url", "ws://127.0.0.1:1", "--data", "/tmp/x"}}) {
         auto r = run_baton(args, "hello\n");
         BOOST_TEST(r.exit_code == 2, args.back() << ": " << r.output);

@@ -354,15 +354,16 @@ daemon_process::daemon_process(const std::vector<std::string>& args, const fs::p
     auto c = spawn_baton(args, &log_file);
     pid_ = c.pid;
     stdout_fd_ = c.out_fd;
-    constexpr std::string_view prefix = "listening on http://";
+    constexpr std::string_view plain = "listening on http://", tls = "listening on https://";
     auto deadline = steady::now() + startup_limit;
     std::string out, problem;
     while (problem.empty()) {
         if (auto nl = out.find('\n'); nl != std::string::npos) {
             std::string line = out.substr(0, nl);
             out.erase(0, nl + 1);
-            if (!line.starts_with(prefix)) continue;
-            std::string hostport = line.substr(prefix.size());
+            if (!line.starts_with(plain) && !line.starts_with(tls)) continue;
+            tls_ = line.starts_with(tls);
+            std::string hostport = line.substr(tls_ ? tls.size() : plain.size());
             auto colon = hostport.rfind(':');
             host_ = hostport.substr(0, colon);
             if (host_.size() > 2 && host_.front() == '[') host_ = host_.substr(1, host_.size() - 2);
@@ -593,8 +594,7 @@ json::object daemon_fixture::wait_for_turn(std::string_view tid, const header_li
         std::this_thread::sleep_for(10ms);
     }
     BOOST_FAIL("turn " << tid << " did not reach the expected status within " << limit.count()
-                       << " ms; last answer: "
-                       << last.status << " " << last.body);
+                       << " ms; last answer: " << last.status << " " << last.body);
     return {};
 }
 

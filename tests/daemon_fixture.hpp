@@ -93,6 +93,7 @@ public:
 
     const std::string& host() const { return host_; }
     unsigned short port() const { return port_; }
+    bool tls() const { return tls_; } // it said https://
     pid_t pid() const { return pid_; }
     // SIGTERM, a bounded wait for the drain, then SIGKILL. Returns the exit code (128 + signal when
     // killed). Idempotent; a zero grace is an immediate SIGKILL (a crash).
@@ -104,6 +105,7 @@ private:
     int exit_code_ = -1;
     std::string host_;
     unsigned short port_ = 0;
+    bool tls_ = false;
 };
 
 struct cli_result {

@@ -55,8 +55,9 @@ BOOST_AUTO_TEST_CASE(made_tokens_are_random_base64url) {
         auto t = make_token();
         BOOST_TEST(t.size() == 46u);
         BOOST_TEST(t.starts_with("bt_"));
-        BOOST_TEST(t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_",
-                                       3) == std::string::npos);
+        BOOST_TEST(
+            t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_", 3) ==
+            std::string::npos);
         // Usable both ways a client can send it.
         BOOST_TEST(parse_bearer("Bearer " + t).value_or("") == t);
         BOOST_TEST(parse_ws_protocols("bearer." + t).token.value_or("") == t);
@@ -95,8 +96,9 @@ std::string errors_of(const config_result& r) {
 
 BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
     std::string hash(64, 'a');
-    auto r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash +
-                          R"(", "tenant": "acme", "scopes": ["tenant", "admin"]}], "metrics_public": true},
+    auto r =
+        parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash +
+                     R"(", "tenant": "acme", "scopes": ["tenant", "admin"]}], "metrics_public": true},
         "tenants": {"acme": {"limits": {"max_running_turns": 2, "turns_per_minute": 60, "tokens_per_day": 1000}}},
         "channels": {"telegram": {"token_env": "T", "tenant": "acme"},
                      "schedules": [{"every_ms": 1000, "session": "s", "text": "x", "tenant": "acme"}]}})");
@@ -114,11 +116,15 @@ BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
     r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash + R"(", "tenant": "a"}]}})");
     BOOST_TEST(r.cfg.server.tokens[0].scopes == (std::vector<std::string>{"tenant"}));
 
-    r = parse_config(R"({"server": {"tokens": [{"sha256": ")" + hash +
-                     R"(", "tenant": "a b", "scopes": ["root", 1]}]}, "tenants": {"x/y": {}, "t": {"limits": {"turns_per_minute": -1, "burst": 2}}}})");
+    r = parse_config(
+        R"({"server": {"tokens": [{"sha256": ")" + hash +
+        R"(", "tenant": "a b", "scopes": ["root", 1]}]}, "tenants": {"x/y": {}, "t": {"limits": {"turns_per_minute": -1, "burst": 2}}}})");
     auto errors = errors_of(r);
-    BOOST_TEST(errors.find("server.tokens[0].tenant: expected 1-64 characters") != std::string::npos, errors);
-    BOOST_TEST(errors.find("server.tokens[0].scopes[0]: expected \"tenant\" or \"admin\"") != std::string::npos, errors);
+    BOOST_TEST(errors.find("server.tokens[0].tenant: expected 1-64 characters") != std::string::npos,
+               errors);
+    BOOST_TEST(errors.find("server.tokens[0].scopes[0]: expected \"tenant\" or \"admin\"") !=
+                   std::string::npos,
+               errors);
     BOOST_TEST(errors.find("server.tokens[0].scopes[1]") != std::string::npos, errors);
     BOOST_TEST(errors.find("tenants[\"x/y\"]: a tenant name is") != std::string::npos, errors);
     BOOST_TEST(errors.find("tenants.t.limits.turns_per_minute") != std::string::npos, errors);
@@ -131,7 +137,8 @@ BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
     BOOST_TEST_REQUIRE(r.warnings.size() == 1u);
     BOOST_TEST(r.warnings[0].path == "server.tokens[0].token");
     BOOST_TEST(r.warnings[0].message.find("bt_secret") == std::string::npos);
-    r = parse_config(R"({"server": {"tokens": [{"token": "x", "sha256": ")" + hash + R"(", "tenant": "a"}]}})");
+    r = parse_config(R"({"server": {"tokens": [{"token": "x", "sha256": ")" + hash +
+                     R"(", "tenant": "a"}]}})");
     BOOST_TEST(errors_of(r).find("server.tokens[0]: expected exactly one of sha256, token") !=
                std::string::npos);
 
@@ -141,8 +148,10 @@ BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
     BOOST_TEST_REQUIRE(r.errors.empty(), errors_of(r));
     BOOST_TEST_REQUIRE(r.warnings.size() == 1u);
     BOOST_TEST(r.warnings[0].path == "server.listen");
-    r = parse_config(R"({"server": {"listen": "0.0.0.0:8080", "tls": {"cert_file": "c.pem", "key_file": "k.pem"},
-                        "tokens": [{"sha256": ")" + hash + R"(", "tenant": "a"}]}})");
+    r = parse_config(
+        R"({"server": {"listen": "0.0.0.0:8080", "tls": {"cert_file": "c.pem", "key_file": "k.pem"},
+                        "tokens": [{"sha256": ")" +
+        hash + R"(", "tenant": "a"}]}})");
     BOOST_TEST(r.warnings.empty());
     BOOST_TEST(r.cfg.server.tls->cert_file == "c.pem");
     r = parse_config(R"({"server": {"tls": {"cert_file": ""}}})");
@@ -218,10 +227,16 @@ BOOST_FIXTURE_TEST_CASE(every_v1_call_needs_a_valid_token, tenants_fixture) {
     auto tid = post(a, "s1", "hello");
     wait_for_turn(tid, bearer(a.token));
     const std::vector<std::pair<std::string, std::string>> calls{
-        {"POST", "/v1/sessions/s1/messages"}, {"GET", "/v1/turns/" + tid},
-        {"GET", "/v1/turns/" + tid + "/events"}, {"POST", "/v1/turns/" + tid + "/cancel"},
-        {"GET", "/v1/sessions/s1"}, {"GET", "/v1/sessions/s1/tape"}, {"GET", "/v1/outbox"},
-        {"GET", "/v1/ws"}, {"GET", "/v1/no-such-thing"}, {"DELETE", "/v1/sessions/s1"},
+        {"POST", "/v1/sessions/s1/messages"},
+        {"GET", "/v1/turns/" + tid},
+        {"GET", "/v1/turns/" + tid + "/events"},
+        {"POST", "/v1/turns/" + tid + "/cancel"},
+        {"GET", "/v1/sessions/s1"},
+        {"GET", "/v1/sessions/s1/tape"},
+        {"GET", "/v1/outbox"},
+        {"GET", "/v1/ws"},
+        {"GET", "/v1/no-such-thing"},
+        {"DELETE", "/v1/sessions/s1"},
         {"GET", "/metrics"}};
     for (const auto& [method, target] : calls) {
         std::string body = method == "POST" ? R"({"text":"x"})" : "";
@@ -322,7 +337,8 @@ BOOST_FIXTURE_TEST_CASE(tenants_never_see_each_other_over_http, tenants_fixture)
     BOOST_TEST(request("POST", "/v1/turns/" + only_a + "/cancel", "", bearer(a.token)).status == 409u);
     // Its owner follows its events.
     auto sse = connect();
-    BOOST_TEST_REQUIRE(sse.write(format_request("GET", "/v1/turns/" + only_a + "/events", {}, bearer(a.token))));
+    BOOST_TEST_REQUIRE(
+        sse.write(format_request("GET", "/v1/turns/" + only_a + "/events", {}, bearer(a.token))));
     auto events = sse.read_response();
     BOOST_TEST_REQUIRE(events.has_value());
     BOOST_TEST(events->status == 200u);
@@ -383,8 +399,8 @@ BOOST_AUTO_TEST_CASE(quotas_answer_429_and_usage_survives_a_restart) {
         "tenants": {"a": {"limits": {"turns_per_minute": 2, "tokens_per_day": 1}}}})");
     f.start({"--config", cfg.string()});
     auto post = [&](const issued& who, const std::string& text) {
-        return f.request("POST", "/v1/sessions/s1/messages", json::serialize(json::object{{"text", text}}),
-                         bearer(who.token));
+        return f.request("POST", "/v1/sessions/s1/messages",
+                         json::serialize(json::object{{"text", text}}), bearer(who.token));
     };
     auto first = post(a, "one");
     BOOST_TEST_REQUIRE(first.status == 202u, first.body);
@@ -413,7 +429,8 @@ BOOST_AUTO_TEST_CASE(quotas_answer_429_and_usage_survives_a_restart) {
     auto m = f.request("GET", "/metrics", "", bearer(ops.token)).body;
     BOOST_TEST(m.find("baton_tenant_quota_exceeded_total{tenant=\"a\"} 1") != std::string::npos, m);
     BOOST_TEST(m.find("baton_tenant_tokens_today{tenant=\"a\"} " + std::to_string(tokens)) !=
-               std::string::npos, m);
+                   std::string::npos,
+               m);
 
     // After a restart the day's usage is still counted: still refused.
     f.stop();
@@ -445,7 +462,8 @@ BOOST_AUTO_TEST_CASE(the_rate_limit_answers_429_rate_limited) {
         statuses.push_back(last.status);
     }
     // A bucket of two refilled at one each 30 s: the first two pass, the next two wait ~30 s.
-    BOOST_TEST(statuses == (std::vector<unsigned>{202, 202, 429, 429}), boost::test_tools::per_element());
+    BOOST_TEST(statuses == (std::vector<unsigned>{202, 202, 429, 429}),
+               boost::test_tools::per_element());
     BOOST_TEST(last.json.at("error").at("code").as_string() == "rate_limited");
     auto retry = std::stoll(last.header("Retry-After").value_or("0"));
     BOOST_TEST((retry >= 1 && retry <= 60), retry);
@@ -463,12 +481,14 @@ BOOST_AUTO_TEST_CASE(tokens_allow_a_non_loopback_listen_and_check_config_warns) 
     BOOST_TEST(c.request("GET", "/v1/sessions/x").status == 401u);
     f.stop();
 
-    auto clear = f.write_file("clear.json", R"({"server": {"listen": "0.0.0.0:8080", "tokens": [{"token": ")" +
-                                                t.token + R"(", "tenant": "a"}]}})");
+    auto clear =
+        f.write_file("clear.json", R"({"server": {"listen": "0.0.0.0:8080", "tokens": [{"token": ")" +
+                                       t.token + R"(", "tenant": "a"}]}})");
     auto r = run_baton({"check-config", clear.string()});
     BOOST_TEST(r.exit_code == 0, r.output);
     BOOST_TEST(r.output.find("warning: server.tokens[0].token: a bearer token in clear text") !=
-               std::string::npos, r.output);
+                   std::string::npos,
+               r.output);
     BOOST_TEST(r.output.find("warning: server.listen: a non-loopback address") != std::string::npos,
                r.output);
     BOOST_TEST(r.output.find(t.token) == std::string::npos, r.output);
@@ -511,6 +531,108 @@ BOOST_AUTO_TEST_CASE(one_connection_over_max_connections_gets_503_and_the_daemon
         if (!served) std::this_thread::sleep_for(10ms);
     }
     BOOST_TEST(served);
+}
+
+BOOST_AUTO_TEST_CASE(an_address_over_its_cap_gets_503_until_a_token_is_shown) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto a = new_token({"--tenant", "a"});
+    auto cfg = f.write_file("baton.json",
+                            R"({"server": {"max_connections_per_ip": 2, "tokens": [)" + a.entry + "]}}");
+    f.start({"--config", cfg.string()});
+    // One connection from 127.0.0.1 that says nothing at all; a WebSocket whose upgrade carries a
+    // token, which stops counting once the upgrade is read; then one more without a token.
+    auto silent = f.connect();
+    ws_client ws(f.daemon->host(), f.daemon->port(), bearer(a.token));
+    ws.send({{"type", "ping"}});
+    BOOST_TEST(ws.read_until(frame_type("pong")).at("type").as_string() == "pong");
+    auto anonymous = f.connect();
+    BOOST_TEST(anonymous.request("GET", "/healthz").status == 200u);
+    // Two without a token: the next one is refused before any request is read.
+    auto third = f.connect();
+    auto refused = third.request("GET", "/healthz");
+    BOOST_TEST(refused.status == 503u);
+    BOOST_TEST(refused.json.at("error").at("code").as_string() == "overloaded");
+    BOOST_TEST(refused.json.at("error").at("message").as_string() ==
+               "too many connections from this address");
+    BOOST_TEST(refused.header("Retry-After").value_or("") == "1");
+    // A wrong token does not free a place; a valid one does, at once.
+    BOOST_TEST(anonymous.request("GET", "/v1/usage", {}, bearer(a.token + "x")).status == 401u);
+    BOOST_TEST(f.connect().request("GET", "/healthz").status == 503u);
+    BOOST_TEST(anonymous.request("GET", "/v1/usage", {}, bearer(a.token)).status == 200u);
+    auto next = f.connect();
+    BOOST_TEST(next.request("GET", "/healthz").status == 200u);
+    // Two without a token again (silent and next): the cap holds for the one after.
+    BOOST_TEST(f.connect().request("GET", "/healthz").status == 503u);
+    // The connections that showed a token are served as before, beside them.
+    BOOST_TEST(anonymous.request("GET", "/v1/usage", {}, bearer(a.token)).status == 200u);
+    ws.send({{"type", "ping"}});
+    ws.read_until(frame_type("pong"));
+}
+
+BOOST_AUTO_TEST_CASE(without_tokens_a_loopback_daemon_has_no_per_address_cap) {
+    daemon_fixture f;
+    std::vector<connection> held;
+    for (int i = 0; i < 40; ++i) {
+        held.push_back(f.connect());
+        BOOST_TEST_REQUIRE(held.back().request("GET", "/healthz").status == 200u, "connection " << i);
+    }
+}
+
+// Clients that misbehave in every way the daemon bounds, all at once: a slowloris (headers one
+// byte at a time, never finished), a slow POST (a body that stops), a keep-alive connection left
+// idle, oversized headers, a WebSocket that sends an oversized frame, and one that never reads.
+// None of them delays a well-behaved client, and each is answered or closed by its own limit.
+BOOST_AUTO_TEST_CASE(misbehaving_clients_neither_stop_the_daemon_nor_delay_others) {
+    daemon_fixture f(daemon_fixture::deferred{});
+    auto cfg =
+        f.write_file("baton.json", R"({"server": {"header_timeout_ms": 3000, "body_timeout_ms": 3000,
+        "idle_timeout_ms": 3000, "max_header_bytes": 4096},
+        "channels": {"ws": {"max_frame_bytes": 4096, "idle_timeout_ms": 3000}}})");
+    f.start({"--config", cfg.string()});
+    auto t0 = std::chrono::steady_clock::now();
+    auto slowloris = f.connect();
+    BOOST_TEST_REQUIRE(slowloris.write("GET /healthz HTTP/1.1\r\nHost: 1"));
+    auto slow_post = f.connect();
+    BOOST_TEST_REQUIRE(
+        slow_post.write("POST /v1/sessions/slow/messages HTTP/1.1\r\nHost: x\r\n"
+                        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"te"));
+    auto idle = f.connect();
+    BOOST_TEST(idle.request("GET", "/healthz").status == 200u);
+    auto big_headers = f.connect();
+    auto big = big_headers.request("GET", "/healthz", {}, {{"X-Big", std::string(8000, 'x')}});
+    BOOST_TEST(big.status == 431u);
+    ws_client oversized(f.daemon->host(), f.daemon->port());
+    BOOST_TEST(oversized.try_send_text(std::string(10000, 'x')));
+    BOOST_TEST(!oversized.read());
+    BOOST_TEST(oversized.close_code() == 1009);
+    auto deaf = f.connect();
+    BOOST_TEST(deaf.request("GET", "/v1/ws", {}, upgrade_headers).status == 101u);
+    BOOST_TEST(
+        deaf.write(std::string("\x81\x80\0\0\0\0", 6))); // an empty masked text frame; never reads
+
+    // Meanwhile a well-behaved client is served at once, turn and all, well before any of the
+    // limits above (3 s) has fired.
+    auto tid = turn_id_of(f.post_message("polite", "unaffected"));
+    auto rec = f.wait_for_turn(tid, {"completed"});
+    BOOST_TEST(string_at(rec, "reply") == "echo: unaffected");
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2500)),
+               "served only after the misbehaving clients' timeouts");
+
+    // Then each limit ends its connection: 408 for the unfinished request and body, a silent
+    // close for the idle keep-alive connection.
+    auto loris = slowloris.read_response();
+    BOOST_TEST_REQUIRE(loris.has_value(), slowloris.last_error());
+    check_error(*loris, 408, "request_timeout");
+    auto post = slow_post.read_response();
+    BOOST_TEST_REQUIRE(post.has_value(), slow_post.last_error());
+    check_error(*post, 408, "request_timeout");
+    auto idle_end = idle.read_until_close();
+    BOOST_TEST(idle_end.closed);
+    BOOST_TEST(idle_end.bytes.empty(), idle_end.bytes);
+    BOOST_TEST(deaf.read_until_close().closed);
+    // Nothing of the slow POST was stored, and the daemon is healthy.
+    BOOST_TEST(f.request("GET", "/v1/sessions/slow").status == 404u);
+    BOOST_TEST(f.request("GET", "/readyz").status == 200u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

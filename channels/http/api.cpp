@@ -42,16 +42,9 @@ json::object turn_links(const std::string& tid) {
 }
 } // namespace
 
-std::variant<caller, reply> api::authorize(const request_view& req, scope need) const {
-    if (need == scope::open) return caller{};
-    if (!access_.tokens.enabled()) {
-        caller everyone;
-        everyone.admin = true;
-        return everyone;
-    }
-    if (need == scope::metrics && access_.metrics_public) return caller{};
+std::optional<caller> api::identify(const request_view& req, bool& presented) const {
     // The header wins; an upgrade from a browser has only the subprotocol.
-    bool presented = false;
+    presented = false;
     std::optional<std::string_view> token;
     if (req.has_authorization) {
         presented = true;
@@ -63,7 +56,24 @@ std::variant<caller, reply> api::authorize(const request_view& req, scope need) 
             token = offer.token;
         }
     }
-    std::optional<caller> who = token ? access_.tokens.authenticate(*token) : std::nullopt;
+    return token ? access_.tokens.authenticate(*token) : std::nullopt;
+}
+
+bool api::token_valid(const request_view& req) const {
+    bool presented = false;
+    return access_.tokens.enabled() && identify(req, presented).has_value();
+}
+
+std::variant<caller, reply> api::authorize(const request_view& req, scope need) const {
+    if (need == scope::open) return caller{};
+    if (!access_.tokens.enabled()) {
+        caller everyone;
+        everyone.admin = true;
+        return everyone;
+    }
+    if (need == scope::metrics && access_.metrics_public) return caller{};
+    bool presented = false;
+    std::optional<caller> who = identify(req, presented);
     if (!who) {
         // Never the token itself, in the answer or anywhere else.
         auto r = error_reply(errc::unauthorized,
@@ -77,10 +87,10 @@ std::variant<caller, reply> api::authorize(const request_view& req, scope need) 
     bool allowed = need == scope::any || (need == scope::tenant ? who->tenant_scope : who->admin);
     if (!allowed) {
         std::string_view missing = need == scope::tenant ? "tenant" : "admin";
-        auto r = error_reply(errc::forbidden,
-                             "this token lacks the " + std::string(missing) + " scope");
-        r.headers.emplace_back("WWW-Authenticate", R"(Bearer realm="baton", error="insufficient_scope", scope=")" +
-                                                       std::string(missing) + "\"");
+        auto r = error_reply(errc::forbidden, "this token lacks the " + std::string(missing) + " scope");
+        r.headers.emplace_back("WWW-Authenticate",
+                               R"(Bearer realm="baton", error="insufficient_scope", scope=")" +
+                                   std::string(missing) + "\"");
         return r;
     }
     return std::move(*who);
@@ -193,11 +203,11 @@ void append_tenant_metrics(std::string& out, const std::vector<tenant_stats>& al
     static constexpr family families[] = {
         {"baton_tenant_turns_running", "gauge", "Turns running, for tenants with max_running_turns.",
          &tenant_stats::running},
-        {"baton_tenant_sessions_waiting", "gauge", "Sessions waiting for the tenant's max_running_turns.",
-         &tenant_stats::waiting},
+        {"baton_tenant_sessions_waiting", "gauge",
+         "Sessions waiting for the tenant's max_running_turns.", &tenant_stats::waiting},
         {"baton_tenant_turns_today", "gauge", "Turns finished today (UTC).", &tenant_stats::turns_today},
-        {"baton_tenant_tokens_today", "gauge", "Model tokens (prompt + completion) of today's turns (UTC).",
-         &tenant_stats::tokens_today},
+        {"baton_tenant_tokens_today", "gauge",
+         "Model tokens (prompt + completion) of today's turns (UTC).", &tenant_stats::tokens_today},
         {"baton_tenant_rate_limited_total", "counter", "Messages refused with 429 rate_limited.",
          &tenant_stats::rate_limited},
         {"baton_tenant_quota_exceeded_total", "counter", "Messages refused with 429 quota_exceeded.",
@@ -339,13 +349,14 @@ asio::awaitable<reply> api::usage(const caller& who) {
     json::array days;
     for (const auto& d : u.days)
         days.push_back(usage_json(d));
-    co_return json_reply(200, json::object{{"tenant", u.tenant},
-                                           {"today", usage_json(u.today)},
-                                           {"days", std::move(days)},
-                                           {"limits",
-                                            {{"max_running_turns", limit_json(u.limits.max_running_turns)},
-                                             {"turns_per_minute", limit_json(u.limits.turns_per_minute)},
-                                             {"tokens_per_day", limit_json(u.limits.tokens_per_day)}}}});
+    co_return json_reply(200,
+                         json::object{{"tenant", u.tenant},
+                                      {"today", usage_json(u.today)},
+                                      {"days", std::move(days)},
+                                      {"limits",
+                                       {{"max_running_turns", limit_json(u.limits.max_running_turns)},
+                                        {"turns_per_minute", limit_json(u.limits.turns_per_minute)},
+                                        {"tokens_per_day", limit_json(u.limits.tokens_per_day)}}}});
 }
 
 asio::awaitable<reply> api::get_session(const std::string& sid, const caller& who) {
@@ -364,8 +375,7 @@ asio::awaitable<reply> api::get_session(const std::string& sid, const caller& wh
     co_return json_reply(200, body);
 }
 
-asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view query,
-                                     const caller& who) {
+asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view query, const caller& who) {
     if (!valid_session_id(sid)) co_return error_reply(errc::invalid_request, "invalid session id");
     auto after = query_param_int(query, "after");
     if (!after.error.empty()) co_return error_reply(errc::invalid_request, after.error);
@@ -435,7 +445,8 @@ api::open_events(const request_view& req, const std::string& tid, std::string_vi
     if (!req.last_event_id.empty()) {
         auto id = query_param_int("v=" + std::string(req.last_event_id), "v");
         if (!id.error.empty() || !id.value)
-            co_return error_reply(errc::invalid_request, "Last-Event-ID: expected a non-negative integer");
+            co_return error_reply(errc::invalid_request,
+                                  "Last-Event-ID: expected a non-negative integer");
         es.after = *id.value;
     }
     es.log = rt_.events().find(tid);

@@ -32,7 +32,7 @@ struct request_view {
     std::string_view last_event_id; // SSE resume header; empty when absent
     std::string_view authorization; // the Authorization header; empty when absent
     bool has_authorization = false;
-    std::string_view ws_protocols;  // Sec-WebSocket-Protocol (an upgrade); empty when absent
+    std::string_view ws_protocols; // Sec-WebSocket-Protocol (an upgrade); empty when absent
 };
 
 // Who may call what (docs/api.md "Security").
@@ -70,13 +70,15 @@ public:
     // Cancellation: none; a request runs to its answer.
     asio::awaitable<reply> handle(const request_view& req);
     // GET /v1/turns/{tid}/events (the server streams it): the stream, or the error to send.
-    asio::awaitable<std::variant<reply, event_stream>> open_events(const request_view& req,
-                                                                   const std::string& tid,
-                                                                   std::string_view query);
+    asio::awaitable<std::variant<reply, event_stream>>
+    open_events(const request_view& req, const std::string& tid, std::string_view query);
     // The caller of a request to a resource that needs `need`, or the 401/403 to answer. A
     // WebSocket upgrade may carry its token in a "bearer.<token>" subprotocol instead.
     enum class scope { open, any, tenant, admin, metrics };
     std::variant<caller, reply> authorize(const request_view& req, scope need) const;
+    // True when tokens are configured and the request carries a valid one (Authorization, or a
+    // WebSocket upgrade's bearer.<token> subprotocol), whatever its scopes.
+    bool token_valid(const request_view& req) const;
     bool auth_enabled() const { return access_.tokens.enabled(); }
 
 private:
@@ -92,6 +94,8 @@ private:
 
     runtime& rt_;
     std::function<bool()> ready_;
+    std::optional<caller> identify(const request_view& req, bool& presented) const;
+
     access_options access_;
     // The outbox counts of the last scrape: GET /metrics needs no token, so scrapes in quick
     // succession reuse them instead of each queueing a count on the store's thread.

@@ -1,7 +1,7 @@
 // The HTTP channel as a baton::channel: the server (API, SSE, web page) with the WebSocket
 // channel it upgrades to.
-#include "channels/http/server.hpp"
 #include "channels/ws/channel.hpp"
+#include "channels/http/server.hpp"
 
 #include <baton/channels.hpp>
 
@@ -17,7 +17,8 @@ tcp::endpoint parse_listen(const std::string& s) {
     auto colon = s.rfind(':');
     if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT, got " + s);
     std::string host = s.substr(0, colon), port = s.substr(colon + 1);
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+        host = host.substr(1, host.size() - 2);
     if (host == "localhost") host = "127.0.0.1";
     boost::system::error_code ec;
     auto addr = asio::ip::make_address(host, ec);
@@ -57,6 +58,13 @@ public:
         o.access.tokens = authenticator(cfg.server.tokens);
         o.access.metrics_public = cfg.server.metrics_public;
         o.max_connections = static_cast<std::size_t>(cfg.server.max_connections);
+        o.max_header_bytes = static_cast<std::size_t>(cfg.server.max_header_bytes);
+        o.body_timeout = cfg.server.body_timeout;
+        o.tls = cfg.server.tls;
+        // Exposed (tokens, or an address others reach): a cap per client address by default.
+        bool exposed = !cfg.server.tokens.empty() || !endpoint_.address().is_loopback();
+        o.max_connections_per_ip =
+            static_cast<std::size_t>(cfg.server.max_connections_per_ip.value_or(exposed ? 1024 : 0));
         auto& rt = host.runtime();
         server_ = std::make_unique<http_server>(
             host.get_executor(), rt, o, [this, &rt] { return ready_.load() && !rt.draining(); },

@@ -10,24 +10,86 @@
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
+#include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
+#include <array>
 #include <atomic>
 #include <charconv>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
 
 namespace baton {
 
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using asio::ip::tcp;
+namespace ssl = asio::ssl;
+using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+
+template <class Stream> constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
+
+// The listener's TLS context: TLS 1.2 and later, the certificate chain and key of server.tls.
+std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
+    auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
+    auto fail = [](const std::string& what, const std::string& file,
+                   const boost::system::error_code& ec) {
+        // OpenSSL's reason ("no start line", "No such file or directory") with the file it was.
+        auto reason = ec ? ec.message() : std::string("unknown error");
+        if (auto e = ::ERR_get_error()) {
+            char buf[256];
+            ::ERR_error_string_n(e, buf, sizeof buf);
+            if (!ec) reason = buf;
+        }
+        ::ERR_clear_error();
+        throw std::invalid_argument(what + " " + file + ": " + reason);
+    };
+    ::SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
+    ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                     ssl::context::no_sslv3 | ssl::context::single_dh_use);
+    // Stateless resumption tickets would need a key shared and rotated across restarts; a
+    // session cache per process is enough for a client that reconnects.
+    ::SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
+    boost::system::error_code ec;
+    ctx->use_certificate_chain_file(files.cert_file, ec);
+    if (ec) fail("server.tls.cert_file: cannot load the certificate chain from", files.cert_file, ec);
+    ctx->use_private_key_file(files.key_file, ssl::context::pem, ec);
+    if (ec) fail("server.tls.key_file: cannot load the private key from", files.key_file, ec);
+    if (::SSL_CTX_check_private_key(ctx->native_handle()) != 1)
+        fail("server.tls.key_file: the key does not match the certificate of", files.cert_file, {});
+    return ctx;
+}
+
+// The bytes of an address, IPv4 as its IPv6-mapped form, for the per-address connection count.
+std::array<unsigned char, 16> address_key(const asio::ip::address& a) {
+    if (a.is_v4()) return asio::ip::make_address_v6(asio::ip::v4_mapped, a.to_v4()).to_bytes();
+    return a.to_v6().to_bytes();
+}
+struct address_hash {
+    std::size_t operator()(const std::array<unsigned char, 16>& k) const noexcept {
+        return std::hash<std::string_view>{}(
+            std::string_view(reinterpret_cast<const char*>(k.data()), k.size()));
+    }
+};
+
+// Connections open now per client address (server.max_connections_per_ip).
+struct address_counts {
+    std::mutex mutex;
+    std::unordered_map<std::array<unsigned char, 16>, std::size_t, address_hash> open;
+};
 
 // What a failed read deserves: an error reply, or (nullopt) a silent close.
 std::optional<http::reply> read_failure_reply(const boost::system::error_code& ec, bool got_bytes) {
@@ -94,7 +156,9 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
          ws::channel* w)
         : ex(std::move(e)), acceptor(asio::make_strand(ex)),
           api(rt, std::move(ready), std::move(o.access)), opts(std::move(o)), ws(w),
-          metrics(rt.fw().metrics()) {}
+          metrics(rt.fw().metrics()) {
+        if (opts.tls) tls = make_tls_context(*opts.tls);
+    }
 
     asio::any_io_executor ex;
     tcp::acceptor acceptor;
@@ -102,6 +166,7 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
     http_server_options opts;
     ws::channel* ws;
     metrics_registry& metrics;
+    std::unique_ptr<ssl::context> tls; // server.tls: every connection starts with a handshake
     std::atomic<bool> stopped{false};
     // Connections open now (HTTP, SSE, WebSocket): each holds a share of this until it closes.
     std::shared_ptr<std::atomic<std::size_t>> open = std::make_shared<std::atomic<std::size_t>>(0);
@@ -112,13 +177,42 @@ struct http_server::impl : std::enable_shared_from_this<impl> {
         if (n > opts.max_connections) return nullptr; // the share is given back at once
         return share;
     }
+    // server.max_connections_per_ip: a share of the client address's count, or null when that
+    // address has as many open already (or the cap is off: then no share is needed).
+    std::shared_ptr<address_counts> by_address = std::make_shared<address_counts>();
+    std::shared_ptr<void> take_address_share(const tcp::socket& socket, bool& refused) {
+        refused = false;
+        if (opts.max_connections_per_ip == 0) return nullptr;
+        boost::system::error_code ec;
+        auto peer = socket.remote_endpoint(ec);
+        if (ec) return nullptr;
+        auto key = address_key(peer.address());
+        auto counts = by_address;
+        std::lock_guard lock(counts->mutex);
+        auto& n = counts->open[key];
+        if (n >= opts.max_connections_per_ip) {
+            refused = true;
+            return nullptr;
+        }
+        ++n;
+        return std::shared_ptr<void>(counts.get(), [counts, key](void*) {
+            std::lock_guard lock(counts->mutex);
+            auto it = counts->open.find(key);
+            if (it != counts->open.end() && --it->second == 0) counts->open.erase(it);
+        });
+    }
 
     static asio::awaitable<void> accept_loop(std::shared_ptr<impl> self);
-    static asio::awaitable<void> serve(std::shared_ptr<impl> self, tcp::socket socket,
-                                       std::shared_ptr<void> share);
-    asio::awaitable<bool> write(beast::tcp_stream& stream, unsigned version, bool keep_alive,
-                                http::reply r);
-    asio::awaitable<bool> stream_events(beast::tcp_stream& stream, unsigned version, bool keep_alive,
+    static asio::awaitable<void> handshake(std::shared_ptr<impl> self, tcp::socket socket,
+                                           std::shared_ptr<void> share,
+                                           std::shared_ptr<void> address_share);
+    template <class Stream>
+    static asio::awaitable<void> serve(std::shared_ptr<impl> self, Stream stream,
+                                       std::shared_ptr<void> share, std::shared_ptr<void> address_share);
+    template <class Stream>
+    asio::awaitable<bool> write(Stream& stream, unsigned version, bool keep_alive, http::reply r);
+    template <class Stream>
+    asio::awaitable<bool> stream_events(Stream& stream, unsigned version, bool keep_alive,
                                         http::event_stream es);
 };
 
@@ -173,8 +267,9 @@ std::string chunk(std::string_view data, bool chunked) {
 // GET /v1/turns/{tid}/events: replay what the log holds after the resume point, then follow it
 // until turn.finished. The turn never waits for this reader: a reader that fell behind the log's
 // bound gets a stream.gap frame for what was dropped.
-asio::awaitable<bool> http_server::impl::stream_events(beast::tcp_stream& stream, unsigned version,
-                                                       bool keep_alive, http::event_stream es) {
+template <class Stream>
+asio::awaitable<bool> http_server::impl::stream_events(Stream& stream, unsigned version, bool keep_alive,
+                                                       http::event_stream es) {
     auto open = metrics.open_connection(connection_kind::sse);
     bool chunked = version >= 11;
     keep_alive = keep_alive && chunked && !stopped.load();
@@ -184,7 +279,7 @@ asio::awaitable<bool> http_server::impl::stream_events(beast::tcp_stream& stream
     if (chunked) head += "Transfer-Encoding: chunked\r\n";
     head += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     auto send = [&stream, this](std::string bytes) -> asio::awaitable<bool> {
-        stream.expires_after(opts.body_timeout);
+        beast::get_lowest_layer(stream).expires_after(opts.body_timeout);
         auto [ec, n] = co_await asio::async_write(stream, asio::buffer(bytes), use_tuple);
         co_return !ec;
     };
@@ -276,38 +371,84 @@ std::string response_bytes(const http::reply& r, unsigned version, bool keep_ali
 // A reply is written as it is in almost every case: straight into the socket's buffer, without
 // an asynchronous operation, a timer or a completion handler. Only what the socket cannot take
 // now waits (under the body timeout) for it to drain.
-asio::awaitable<bool> http_server::impl::write(beast::tcp_stream& stream, unsigned version,
-                                               bool keep_alive, http::reply r) {
+// Over TLS the reply is encrypted by an asynchronous write.
+template <class Stream>
+asio::awaitable<bool> http_server::impl::write(Stream& stream, unsigned version, bool keep_alive,
+                                               http::reply r) {
     keep_alive = keep_alive && !stopped.load();
     auto bytes = response_bytes(r, version, keep_alive);
     boost::system::error_code ec;
     std::size_t sent = 0;
-    auto& socket = stream.socket();
-    if (!socket.non_blocking()) socket.non_blocking(true, ec); // set once: it costs an ioctl
-    while (!ec && sent < bytes.size())
-        sent += socket.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        stream.expires_after(opts.body_timeout);
-        std::tie(ec, std::ignore) = co_await asio::async_write(
-            stream, asio::buffer(bytes.data() + sent, bytes.size() - sent), use_tuple);
-        stream.expires_never();
+    if constexpr (!is_tls<Stream>) {
+        auto& socket = stream.socket();
+        if (!socket.non_blocking()) socket.non_blocking(true, ec); // set once: it costs an ioctl
+        while (!ec && sent < bytes.size())
+            sent += socket.write_some(asio::buffer(bytes.data() + sent, bytes.size() - sent), ec);
+        if (ec != asio::error::would_block && ec != asio::error::try_again) co_return !ec && keep_alive;
+        ec = {};
     }
+    auto& tcp_layer = beast::get_lowest_layer(stream);
+    tcp_layer.expires_after(opts.body_timeout);
+    std::tie(ec, std::ignore) = co_await asio::async_write(
+        stream, asio::buffer(bytes.data() + sent, bytes.size() - sent), use_tuple);
+    tcp_layer.expires_never();
     co_return !ec && keep_alive;
 }
 
+// server.tls: the handshake, under the header timeout, before the first request is read. A
+// client that speaks plain HTTP (or nothing) to a TLS listener is closed.
+asio::awaitable<void> http_server::impl::handshake(std::shared_ptr<impl> self, tcp::socket socket,
+                                                   std::shared_ptr<void> share,
+                                                   std::shared_ptr<void> address_share) {
+    tls_stream stream(beast::tcp_stream(std::move(socket)), *self->tls);
+    auto& tcp_layer = beast::get_lowest_layer(stream);
+    tcp_layer.expires_after(self->opts.header_timeout);
+    // A TLS record starts with 0x16 (handshake). Anything else is most likely plain HTTP sent to
+    // this port: it gets a plain answer that says so, as nginx does.
+    char first[4096];
+    auto [rec, got] = co_await tcp_layer.async_read_some(asio::buffer(first), use_tuple);
+    if (rec) co_return;
+    if (static_cast<unsigned char>(first[0]) != 0x16) {
+        auto r = http::error_reply(errc::invalid_request,
+                                   "this port speaks TLS (server.tls): use https:// or wss://");
+        auto bytes = response_bytes(r, 11, false);
+        tcp_layer.expires_after(std::chrono::seconds(1));
+        co_await asio::async_write(tcp_layer, asio::buffer(bytes), use_tuple);
+        boost::system::error_code ignored;
+        tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        // The rest of what it sent is read and dropped (for at most that second), so that the
+        // close does not reset the connection before the answer is read.
+        for (;;) {
+            auto [dec, n] = co_await tcp_layer.async_read_some(asio::buffer(first), use_tuple);
+            if (dec) break;
+        }
+        co_return;
+    }
+    auto [ec, used] =
+        co_await stream.async_handshake(ssl::stream_base::server, asio::buffer(first, got), use_tuple);
+    if (ec) {
+        log::debug("TLS handshake failed", {{"error", ec.message()}});
+        co_return;
+    }
+    tcp_layer.expires_never();
+    co_await serve(std::move(self), std::move(stream), std::move(share), std::move(address_share));
+}
+
 // One connection: requests are read and answered in order (pipelined ones wait in the buffer).
-asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::socket socket,
-                                               std::shared_ptr<void> share) {
+template <class Stream>
+asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Stream stream,
+                                               std::shared_ptr<void> share,
+                                               std::shared_ptr<void> address_share) {
     // Until the connection closes or becomes a WebSocket (counted by its slot from then on).
     auto open = self->metrics.open_connection(connection_kind::http);
-    beast::tcp_stream stream(std::move(socket));
+    auto& tcp_layer = beast::get_lowest_layer(stream);
     beast::flat_buffer buffer;
-    read_deadline deadline(stream.socket());
+    read_deadline deadline(tcp_layer.socket());
     const auto& opts = self->opts;
     for (;;) {
         if (buffer.size() == 0) {
             // Keep-alive: wait for the next request's first byte under the idle timeout.
-            stream.expires_after(opts.idle_timeout);
+            tcp_layer.expires_after(opts.idle_timeout);
             auto [ec, n] = co_await stream.async_read_some(buffer.prepare(4096), use_tuple);
             if (ec) break;
             buffer.commit(n);
@@ -315,7 +456,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         bhttp::request_parser<bhttp::string_body> parser;
         parser.header_limit(static_cast<std::uint32_t>(opts.max_header_bytes));
         parser.body_limit(opts.max_body_bytes);
-        stream.expires_never();
+        tcp_layer.expires_never();
         // A request that arrived whole (nearly every one) is parsed where it lies; the reads
         // below, under their deadlines, are for the rest of one that did not.
         auto hec = parse_buffered(parser, buffer);
@@ -351,13 +492,14 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             view.has_idempotency_key = true;
         }
         view.body = req.body();
-        if (auto it = req.find("Last-Event-ID"); it != req.end())
-            view.last_event_id = it->value();
+        if (auto it = req.find("Last-Event-ID"); it != req.end()) view.last_event_id = it->value();
         if (auto it = req.find(bhttp::field::authorization); it != req.end()) {
             view.authorization = it->value();
             view.has_authorization = true;
         }
         view.ws_protocols = req[bhttp::field::sec_websocket_protocol];
+        // A connection that presented a valid token no longer counts against its address's cap.
+        if (address_share && self->api.token_valid(view)) address_share.reset();
         std::string turn_id, query;
         auto kind = classify(req, turn_id, query);
         if (kind == stream_kind::websocket && self->ws && beast::websocket::is_upgrade(req)) {
@@ -396,17 +538,18 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             struct counted_slot {
                 std::shared_ptr<void> slot;
                 metrics_registry::connection_guard open;
-                std::shared_ptr<void> share; // of server.max_connections
+                std::shared_ptr<void> share;         // of server.max_connections
+                std::shared_ptr<void> address_share; // of server.max_connections_per_ip
             };
             // Not an HTTP connection any more: uncounted before it counts as a WebSocket, so
             // that no scrape sees it as both.
             open = metrics_registry::connection_guard{};
-            slot = std::make_shared<counted_slot>(counted_slot{
-                std::move(slot), self->metrics.open_connection(connection_kind::websocket),
-                std::move(share)});
+            slot = std::make_shared<counted_slot>(
+                counted_slot{std::move(slot), self->metrics.open_connection(connection_kind::websocket),
+                             std::move(share), std::move(address_share)});
             auto ex = stream.get_executor();
             boost::system::error_code blocking_ec;
-            stream.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
+            tcp_layer.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
             asio::co_spawn(ex,
                            ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release(),
                                      std::get<caller>(std::move(authorized))),
@@ -433,7 +576,8 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
             try {
                 opened = co_await self->api.open_events(view, turn_id, query);
             } catch (const std::exception& e) {
-                log::error("request failed", {{"target", std::string(view.target)}, {"error", e.what()}});
+                log::error("request failed",
+                           {{"target", std::string(view.target)}, {"error", e.what()}});
                 opened = http::error_reply(errc::internal_error, "internal error");
             }
             bool again = false;
@@ -455,9 +599,65 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, tcp::
         r.head = req.method() == bhttp::verb::head;
         if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;
     }
-    boost::system::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if constexpr (is_tls<Stream>) {
+        // close_notify, then the peer's (or its close) for at most a second.
+        tcp_layer.expires_after(std::chrono::seconds(1));
+        co_await stream.async_shutdown(use_tuple);
+    } else {
+        boost::system::error_code ignored;
+        tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    }
 }
+
+namespace {
+// server.max_connections and max_connections_per_ip: a short answer, then the connection is
+// closed; no request is read. In plain HTTP it is written without waiting (what the socket takes
+// now); over TLS after a handshake of at most a second.
+std::string overloaded_response(std::string_view message) {
+    auto body =
+        std::string(R"({"error":{"code":"overloaded","message":")") + std::string(message) + "\"}}";
+    return "HTTP/1.1 503 Service Unavailable\r\nServer: baton\r\nContent-Type: "
+           "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// What the client sent meanwhile is read and dropped for at most a second, so that closing does
+// not reset the connection before it has read the answer.
+asio::awaitable<void> drain_and_close(tcp::socket s) {
+    beast::tcp_stream stream(std::move(s));
+    stream.expires_after(std::chrono::seconds(1));
+    char sink[4096];
+    for (;;) {
+        auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+        if (ec) break;
+    }
+}
+
+asio::awaitable<void> refuse_tls(tcp::socket socket, ssl::context& ctx, std::string response) {
+    tls_stream stream(beast::tcp_stream(std::move(socket)), ctx);
+    auto& tcp_layer = beast::get_lowest_layer(stream);
+    tcp_layer.expires_after(std::chrono::seconds(1));
+    auto [ec] = co_await stream.async_handshake(ssl::stream_base::server, use_tuple);
+    if (ec) co_return;
+    std::tie(ec, std::ignore) = co_await asio::async_write(stream, asio::buffer(response), use_tuple);
+    if (!ec) std::tie(ec) = co_await stream.async_shutdown(use_tuple);
+}
+
+void refuse(tcp::socket socket, std::string_view message, ssl::context* tls) {
+    auto ex = socket.get_executor();
+    if (tls) {
+        asio::co_spawn(ex, refuse_tls(std::move(socket), *tls, overloaded_response(message)),
+                       asio::detached);
+        return;
+    }
+    boost::system::error_code wec;
+    auto full = overloaded_response(message);
+    socket.non_blocking(true, wec);
+    socket.write_some(asio::buffer(full), wec);
+    socket.shutdown(tcp::socket::shutdown_send, wec);
+    asio::co_spawn(ex, drain_and_close(std::move(socket)), asio::detached);
+}
+} // namespace
 
 asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self) {
     for (;;) {
@@ -475,37 +675,24 @@ asio::awaitable<void> http_server::impl::accept_loop(std::shared_ptr<impl> self)
         boost::system::error_code nodelay_ec;
         socket.set_option(tcp::no_delay(true), nodelay_ec);
         auto share = self->take_connection();
-        if (!share) {
-            // server.max_connections: a short answer written without waiting (what the socket
-            // takes now), then the connection is closed. No request is read.
-            static const std::string full = [] {
-                auto body = std::string(R"({"error":{"code":"overloaded","message":"too many connections"}})");
-                return "HTTP/1.1 503 Service Unavailable\r\nServer: baton\r\nContent-Type: "
-                       "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
-                       std::to_string(body.size()) + "\r\n\r\n" + body;
-            }();
-            boost::system::error_code wec;
-            socket.non_blocking(true, wec);
-            socket.write_some(asio::buffer(full), wec);
-            socket.shutdown(tcp::socket::shutdown_send, wec);
-            // What the client sent meanwhile is read and dropped for at most a second, so that
-            // closing does not reset the connection before it has read the answer.
-            auto drain = [](tcp::socket s) -> asio::awaitable<void> {
-                beast::tcp_stream stream(std::move(s));
-                stream.expires_after(std::chrono::seconds(1));
-                char sink[4096];
-                for (;;) {
-                    auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
-                    if (ec) break;
-                }
-            };
-            auto ex = socket.get_executor();
-            asio::co_spawn(ex, drain(std::move(socket)), asio::detached);
+        bool address_full = false;
+        auto address_share = share ? self->take_address_share(socket, address_full) : nullptr;
+        if (!share || address_full) {
+            refuse(std::move(socket),
+                   share ? "too many connections from this address" : "too many connections",
+                   self->tls.get());
             continue;
         }
         auto conn_ex = socket.get_executor();
-        asio::co_spawn(conn_ex, serve(self, std::move(socket), std::move(share)),
-                       log::spawn_logger{"http connection"});
+        if (self->tls)
+            asio::co_spawn(
+                conn_ex, handshake(self, std::move(socket), std::move(share), std::move(address_share)),
+                log::spawn_logger{"https connection"});
+        else
+            asio::co_spawn(conn_ex,
+                           serve(self, beast::tcp_stream(std::move(socket)), std::move(share),
+                                 std::move(address_share)),
+                           log::spawn_logger{"http connection"});
     }
 }
 

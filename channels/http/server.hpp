@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 
 namespace baton {
 
@@ -24,6 +25,12 @@ struct http_server_options {
     std::chrono::milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
     http::access_options access;                    // tokens; /metrics without one
     std::size_t max_connections = 20000;            // open at once; one more gets 503 and is closed
+    // Open at once from one address before a valid token was presented on them (0: no cap); one
+    // more gets 503 and is closed. A connection stops counting once a request on it carries a
+    // valid token.
+    std::size_t max_connections_per_ip = 0;
+    // TLS on the listener (TLS 1.2 and later), from PEM files; read when the server is made.
+    std::optional<tls_config> tls;
 };
 
 namespace ws {
@@ -33,6 +40,8 @@ class channel;
 class http_server {
 public:
     // `websocket`: the channel that takes GET /v1/ws upgrades (nullptr: not served).
+    // Throws std::invalid_argument when opts.tls names files that do not hold a certificate and
+    // its key (the message names the file and OpenSSL's reason).
     http_server(asio::any_io_executor ex, runtime& rt, http_server_options opts,
                 std::function<bool()> ready, ws::channel* websocket = nullptr);
     ~http_server();

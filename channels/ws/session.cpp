@@ -10,6 +10,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 
 #include <deque>
@@ -27,9 +28,10 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 // A connection: frames to send wait in a bounded queue, drained by a writer coroutine that runs
 // only while there is something to send (an idle connection keeps no writer frames); the reader
 // coroutine handles what the client sends. Both run on the connection's strand.
-class session final : public connection, public std::enable_shared_from_this<session> {
+template <class NextLayer>
+class session final : public connection, public std::enable_shared_from_this<session<NextLayer>> {
 public:
-    session(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream, caller who)
+    session(channel& ch, std::shared_ptr<void> slot, NextLayer stream, caller who)
         : ch_(ch), slot_(std::move(slot)), ws_(std::move(stream)), who_(std::move(who)) {}
 
     void send(std::string frame) override {
@@ -71,7 +73,8 @@ public:
 private:
     // Not under mutex_: a spawn from the strand may run the writer's first steps at once.
     void start_writer() {
-        asio::co_spawn(ws_.get_executor(), write_loop(shared_from_this()), log::spawn_logger{"ws writer"});
+        asio::co_spawn(ws_.get_executor(), write_loop(this->shared_from_this()),
+                       log::spawn_logger{"ws writer"});
     }
     static asio::awaitable<void> write_loop(std::shared_ptr<session> self);
     asio::awaitable<void> handle(std::string_view text);
@@ -79,7 +82,7 @@ private:
 
     channel& ch_;
     std::shared_ptr<void> slot_; // this connection's place among max_connections
-    websocket::stream<beast::tcp_stream> ws_;
+    websocket::stream<NextLayer> ws_;
     const caller who_; // the tenant every frame of this connection acts for
     std::mutex mutex_;
     std::deque<std::string> queue_;
@@ -88,7 +91,8 @@ private:
     websocket::close_code close_code_ = websocket::close_code::normal;
 };
 
-asio::awaitable<void> session::write_loop(std::shared_ptr<session> self) {
+template <class NextLayer>
+asio::awaitable<void> session<NextLayer>::write_loop(std::shared_ptr<session<NextLayer>> self) {
     for (;;) {
         std::string frame;
         websocket::close_code code = websocket::close_code::normal;
@@ -120,7 +124,8 @@ asio::awaitable<void> session::write_loop(std::shared_ptr<session> self) {
     }
 }
 
-asio::awaitable<bool> session::accept(bhttp::request<bhttp::string_body> req) {
+template <class NextLayer>
+asio::awaitable<bool> session<NextLayer>::accept(bhttp::request<bhttp::string_body> req) {
     auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
     timeouts.idle_timeout = ch_.opts().idle_timeout;
     timeouts.keep_alive_pings = true;
@@ -141,7 +146,8 @@ asio::awaitable<bool> session::accept(bhttp::request<bhttp::string_body> req) {
     co_return !aec;
 }
 
-asio::awaitable<void> session::read_loop(std::shared_ptr<session> self) {
+template <class NextLayer>
+asio::awaitable<void> session<NextLayer>::read_loop(std::shared_ptr<session<NextLayer>> self) {
     auto& ws_ = self->ws_;
     auto& ch_ = self->ch_;
     ch_.attach(self);
@@ -149,8 +155,8 @@ asio::awaitable<void> session::read_loop(std::shared_ptr<session> self) {
     const std::size_t limit = ch_.opts().max_frame_bytes;
     for (;;) {
         // A message is read in pieces, so that one over the limit is refused before it is in memory.
-        auto [ec, n] = co_await ws_.async_read_some(buffer, std::min<std::size_t>(limit + 1, 65536),
-                                                    use_tuple);
+        auto [ec, n] =
+            co_await ws_.async_read_some(buffer, std::min<std::size_t>(limit + 1, 65536), use_tuple);
         if (ec) break; // closed or timed out
         if (buffer.size() > limit) {
             bool closed_already;
@@ -181,11 +187,12 @@ std::string_view string_field(const json::object& f, std::string_view key) {
     return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
 }
 
-asio::awaitable<void> session::handle(std::string_view text) {
+template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std::string_view text) {
     boost::system::error_code ec;
     auto v = json::parse(text, ec);
     if (ec || !v.is_object()) {
-        send(error_frame("", "invalid_json", ec ? "not JSON: " + ec.message() : "expected a JSON object"));
+        send(error_frame("", "invalid_json",
+                         ec ? "not JSON: " + ec.message() : "expected a JSON object"));
         co_return;
     }
     const auto& f = v.get_object();
@@ -198,10 +205,11 @@ asio::awaitable<void> session::handle(std::string_view text) {
     } else if (type == "subscribe") {
         std::string sid(string_field(f, "session"));
         if (!valid_session_id(sid)) {
-            send(error_frame(id, "invalid_request", "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
+            send(error_frame(id, "invalid_request",
+                             "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
             co_return;
         }
-        co_await ch_.subscribe(shared_from_this(), session_ref(who_.tenant, sid));
+        co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, sid));
     } else if (type == "ack") {
         std::string key(string_field(f, "key"));
         if (key.empty()) {
@@ -225,7 +233,8 @@ asio::awaitable<void> session::handle(std::string_view text) {
     }
 }
 
-asio::awaitable<void> session::on_message(const json::object& f, std::string_view id) {
+template <class NextLayer>
+asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std::string_view id) {
     accept_request ar;
     ar.channel = "ws";
     ar.tenant = who_.tenant;
@@ -248,7 +257,7 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
         ar.agent = agent->get_string();
     }
     // The sender follows its session: it sees the turn's events and gets the reply.
-    co_await ch_.subscribe(shared_from_this(), session_ref(who_.tenant, ar.session_id));
+    co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, ar.session_id));
     // `accepted` goes out as soon as the message is stored (accept() calls this for every message
     // it accepts, replays included, while this frame waits for it), before the turn can start:
     // its events and reply, sent from other threads as they happen, always come after it.
@@ -259,15 +268,28 @@ asio::awaitable<void> session::on_message(const json::object& f, std::string_vie
     auto result = co_await ch_.rt().accept(std::move(ar));
     if (!result) send(error_frame(id, result.error()));
 }
+
+template <class NextLayer>
+asio::awaitable<void> run(channel& ch, std::shared_ptr<void> slot, NextLayer stream,
+                          bhttp::request<bhttp::string_body> req, caller who) {
+    auto s =
+        std::make_shared<session<NextLayer>>(ch, std::move(slot), std::move(stream), std::move(who));
+    if (!co_await s->accept(std::move(req))) co_return;
+    // This coroutine ends here, with the upgrade request it holds.
+    auto ex = s->executor();
+    asio::co_spawn(ex, session<NextLayer>::read_loop(std::move(s)), log::spawn_logger{"ws connection"});
+}
 } // namespace
 
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream,
                             bhttp::request<bhttp::string_body> req, caller who) {
-    auto s = std::make_shared<session>(ch, std::move(slot), std::move(stream), std::move(who));
-    if (!co_await s->accept(std::move(req))) co_return;
-    // This coroutine ends here, with the upgrade request it holds.
-    auto ex = s->executor();
-    asio::co_spawn(ex, session::read_loop(std::move(s)), log::spawn_logger{"ws connection"});
+    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who));
+}
+
+asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot,
+                            beast::ssl_stream<beast::tcp_stream> stream,
+                            bhttp::request<bhttp::string_body> req, caller who) {
+    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who));
 }
 
 } // namespace baton::ws

@@ -10,6 +10,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 namespace baton::ws {
 
@@ -18,6 +19,11 @@ namespace baton::ws {
 // Cancellation: closing the socket (channel::stop).
 // `who` is the caller the upgrade authenticated: every frame acts as its tenant.
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, boost::beast::tcp_stream stream,
+                            boost::beast::http::request<boost::beast::http::string_body> req,
+                            caller who);
+// The same over TLS (server.tls), on a stream whose handshake is done.
+asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot,
+                            boost::beast::ssl_stream<boost::beast::tcp_stream> stream,
                             boost::beast::http::request<boost::beast::http::string_body> req,
                             caller who);
 

@@ -94,11 +94,17 @@ struct server_config {
     bool metrics_public = false; // GET /metrics without a token even when tokens are configured
     // TCP connections open at once (HTTP, SSE and WebSocket); one more is answered 503 and closed.
     std::int64_t max_connections = 20000;
+    // Open at once from one client address before a request on them carried a valid token
+    // (0: no cap). Absent: 1024 when tokens are configured or the address is not loopback, else
+    // no cap (the trusted local daemon, load generators included).
+    std::optional<std::int64_t> max_connections_per_ip;
     std::optional<tls_config> tls;
-    milliseconds header_timeout{10000};
-    milliseconds idle_timeout{60000};
-    milliseconds sse_heartbeat{15000}; // a comment line on an idle event stream
-    std::int64_t events_per_turn = 1024; // kept per turn for readers that resume (older: a gap)
+    std::int64_t max_header_bytes = 16384; // request line and headers; more: 431
+    milliseconds header_timeout{10000};    // from a request's first byte to its last header; 408
+    milliseconds body_timeout{30000};      // for the rest of the body; 408. Also each write
+    milliseconds idle_timeout{60000};      // keep-alive wait for the next request
+    milliseconds sse_heartbeat{15000};     // a comment line on an idle event stream
+    std::int64_t events_per_turn = 1024;   // kept per turn for readers that resume (older: a gap)
 };
 
 struct storage_config {

@@ -1,6 +1,6 @@
-// A WebSocket client connection (plain ws://, text frames) for the terminal chat and the
-// benchmarks. Beast stays in ws_client.cpp. Not thread-safe: run it on one strand; one receive()
-// and one send() may be in flight at once (Beast allows one read and one write).
+// A WebSocket client connection (ws://, or wss:// after use_tls(); text frames) for the terminal
+// chat and the benchmarks. Beast stays in ws_client.cpp. Not thread-safe: run it on one strand; one
+// receive() and one send() may be in flight at once (Beast allows one read and one write).
 #pragma once
 
 #include <boost/asio/any_io_executor.hpp>
@@ -16,6 +16,12 @@
 
 namespace baton {
 
+// wss://: how the server's certificate is checked.
+struct ws_client_tls {
+    std::string ca_file;     // PEM trust anchors; empty: the system's default paths
+    bool verify_peer = true; // the chain, and that the certificate names the host (or its IP address)
+};
+
 class ws_client {
 public:
     ws_client(boost::asio::any_io_executor ex, std::string host, std::string port);
@@ -30,6 +36,9 @@ public:
     // Cancellation: none beyond the timeout.
     // A header sent with the upgrade request (Authorization, Sec-WebSocket-Protocol); before connect().
     void set_header(std::string name, std::string value);
+    // TLS (1.2 and later) before the upgrade (wss://); before connect(). Fails when the trust
+    // anchors cannot be loaded.
+    boost::system::error_code use_tls(const ws_client_tls& opts = {});
 
     boost::asio::awaitable<std::pair<boost::system::error_code, unsigned>>
     connect(std::string target, std::chrono::milliseconds timeout,

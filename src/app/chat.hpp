@@ -16,6 +16,7 @@ struct chat_options {
     std::optional<std::string> config_file; // in-process only
     std::optional<std::string> data_dir;    // in-process only: SQLite there, else the memory store
     std::optional<std::string> token;       // remote only: the bearer token (--token, BATON_TOKEN)
+    std::optional<std::string> ca_file;     // remote over TLS: PEM trust anchors (--cacert)
 };
 
 // The default session: "chat:<user>" from $USER (characters a session id cannot hold dropped),

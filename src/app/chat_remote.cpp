@@ -6,6 +6,8 @@
 #include <baton/http_client.hpp>
 #include <baton/ws_client.hpp>
 
+#include <boost/asio/ssl/error.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
@@ -37,10 +39,12 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 struct chat_url {
     std::string host, port, target; // target: the WebSocket path, e.g. /v1/ws
-    std::string http_base;          // http://HOST:PORT[prefix], for GET /v1/turns/{tid}
+    std::string http_base;          // http(s)://HOST:PORT[prefix], for GET /v1/turns/{tid}
+    bool tls = false;               // wss:// or https://
 };
 
-// ws://HOST:PORT[/v1/ws] or http://HOST:PORT[/prefix]; the WebSocket path ends in /v1/ws.
+// ws://HOST:PORT[/v1/ws] or http://HOST:PORT[/prefix] (wss:// and https:// with TLS); the
+// WebSocket path ends in /v1/ws.
 std::optional<chat_url> parse_chat_url(const std::string& text, std::string& error) {
     auto u = boost::urls::parse_uri(text);
     if (!u) {
@@ -48,17 +52,14 @@ std::optional<chat_url> parse_chat_url(const std::string& text, std::string& err
         return std::nullopt;
     }
     std::string scheme(u->scheme());
-    if (scheme == "wss" || scheme == "https") {
-        error = "TLS (" + scheme + "://) is not supported; use ws:// or http://";
-        return std::nullopt;
-    }
-    if (scheme != "ws" && scheme != "http") {
-        error = "expected ws://HOST:PORT or http://HOST:PORT, got " + text;
+    if (scheme != "ws" && scheme != "http" && scheme != "wss" && scheme != "https") {
+        error = "expected ws://HOST:PORT or http://HOST:PORT (wss://, https:// with TLS), got " + text;
         return std::nullopt;
     }
     chat_url out;
+    out.tls = scheme == "wss" || scheme == "https";
     out.host = u->host_type() == boost::urls::host_type::ipv6 ? u->host_address() : u->host();
-    out.port = u->has_port() ? std::string(u->port()) : std::string("80");
+    out.port = u->has_port() ? std::string(u->port()) : std::string(out.tls ? "443" : "80");
     if (out.host.empty()) {
         error = "no host in " + text;
         return std::nullopt;
@@ -69,7 +70,8 @@ std::optional<chat_url> parse_chat_url(const std::string& text, std::string& err
     constexpr std::string_view ws_path = "/v1/ws";
     if (path.ends_with(ws_path)) path.resize(path.size() - ws_path.size());
     out.target = path + std::string(ws_path);
-    out.http_base = "http://" + std::string(u->encoded_host()) + ":" + out.port + path;
+    out.http_base =
+        (out.tls ? "https://" : "http://") + std::string(u->encoded_host()) + ":" + out.port + path;
     return out;
 }
 
@@ -80,11 +82,17 @@ std::string str(const json::object& o, std::string_view key) {
 
 struct remote_chat {
     remote_chat(asio::io_context& c, chat_url u, std::string url_text, std::string sid,
-                std::optional<std::string> bearer)
+                std::optional<std::string> bearer, std::string ca)
         : ioc(c), url(std::move(u)), url_text(std::move(url_text)), session(std::move(sid)),
-          token(std::move(bearer)),
-          tty(::isatty(0) == 1), wake(c), grace(c), stop_after(c),
-          http(std::make_shared<http_client>(c.get_executor())) {}
+          token(std::move(bearer)), ca_file(std::move(ca)), tty(::isatty(0) == 1), wake(c), grace(c),
+          stop_after(c), http(std::make_shared<http_client>(c.get_executor(), client_options(ca_file))) {
+    }
+
+    static http_client_options client_options(const std::string& ca_file) {
+        http_client_options o;
+        o.ca_file = ca_file;
+        return o;
+    }
 
     struct message {
         std::string id, text, turn_id;
@@ -97,6 +105,7 @@ struct remote_chat {
     std::string url_text;
     std::string session;
     std::optional<std::string> token; // sent as Authorization: Bearer on the upgrade and polls
+    std::string ca_file;              // wss://: the trust anchors (empty: the system's)
     bool tty;
     chat_view view{std::cout, chat_view::mode::remote, dim_stdout()};
     std::vector<message> messages;        // "c-N" is messages[N-1]
@@ -294,14 +303,31 @@ struct remote_chat {
         while (exit_code < 0) {
             auto c = std::make_shared<ws_client>(ioc.get_executor(), url.host, url.port);
             if (token) c->set_header("Authorization", "Bearer " + *token);
+            if (url.tls) {
+                ws_client_tls t;
+                t.ca_file = ca_file;
+                if (auto tec = c->use_tls(t)) {
+                    std::cerr << "baton: --cacert " << ca_file << ": " << tec.message() << "\n";
+                    finish(2);
+                    co_return;
+                }
+            }
             auto [ec, status] = co_await c->connect(url.target, 5s, 20s, true);
             if (exit_code >= 0) co_return;
+            if (ec && url.tls && status == 0 && ec.category() == asio::error::get_ssl_category()) {
+                // A certificate that is not trusted stays untrusted: say so once.
+                std::cerr << "baton: " << url_text << ": TLS: " << ec.message()
+                          << (ca_file.empty() ? " (--cacert FILE trusts a self-signed certificate)" : "")
+                          << "\n";
+                finish(1);
+                co_return;
+            }
             if (ec && (status == 401 || status == 403)) {
                 // Trying again cannot help: say so once, and never print the token.
                 std::cerr << "baton: " << url_text << " refused the connection (HTTP " << status << "): "
                           << (status == 403 ? "the token lacks the tenant scope"
-                              : token     ? "the token is not valid"
-                                          : "the daemon needs a token: --token or BATON_TOKEN")
+                              : token       ? "the token is not valid"
+                                            : "the daemon needs a token: --token or BATON_TOKEN")
                           << "\n";
                 finish(1);
                 co_return;
@@ -357,7 +383,11 @@ int run_remote_chat(const chat_options& opts) {
         return 2;
     }
     asio::io_context ioc(1);
-    remote_chat chat(ioc, *url, *opts.url, opts.session, opts.token);
+    if (opts.ca_file && !url->tls) {
+        std::cerr << "baton: --cacert needs a wss:// or https:// --url\n";
+        return 2;
+    }
+    remote_chat chat(ioc, *url, *opts.url, opts.session, opts.token, opts.ca_file.value_or(""));
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
     signals.async_wait([&](const boost::system::error_code& ec, int) {
         if (!ec) chat.finish(130);

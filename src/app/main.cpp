@@ -54,8 +54,11 @@ Lines starting with / are direct commands (/help, /model, /reset, /handoff, /sto
 
   --session ID     the session (1-128 of A-Z a-z 0-9 . _ : @ -; default chat:$USER)
   --url URL        talk to a running daemon over its WebSocket channel: ws://HOST:PORT[/v1/ws]
-                   or http://HOST:PORT (mapped to ws://HOST:PORT/v1/ws)
+                   or http://HOST:PORT (mapped to ws://HOST:PORT/v1/ws); wss:// or https:// for
+                   a daemon with server.tls
   --token TOKEN    with --url: the bearer token (default: $BATON_TOKEN)
+  --cacert FILE    with a wss:// or https:// URL: the PEM certificates to trust (a self-signed
+                   daemon's certificate); default: the system's
   --config FILE    in-process: the JSON config (docs/api.md); without it the embedded default
                    (agent "default", the echo model unless BATON_MODEL=openai:<model>)
   --data DIR       in-process: keep the conversation in SQLite at DIR/baton.db (default: in
@@ -156,6 +159,8 @@ int chat(const std::vector<std::string>& args) {
             opts.data_dir = value;
         else if (name == "--token")
             opts.token = value;
+        else if (name == "--cacert")
+            opts.ca_file = value;
         else
             return usage_error("unknown option " + a, chat_help);
     }
@@ -164,6 +169,8 @@ int chat(const std::vector<std::string>& args) {
     }
     if (opts.token && !opts.url && std::find(args.begin(), args.end(), "--token") != args.end())
         return usage_error("--token is for a daemon (--url), not the in-process chat", chat_help);
+    if (opts.ca_file && !opts.url)
+        return usage_error("--cacert is for a daemon (--url), not the in-process chat", chat_help);
     if (!baton::valid_session_id(opts.session))
         return usage_error("--session: expected 1-128 characters of A-Z a-z 0-9 . _ : @ -", chat_help);
     if (opts.url && (opts.config_file || opts.data_dir))
@@ -196,7 +203,8 @@ int token(const std::vector<std::string>& args) {
         if (args.size() != 1) return usage_error("token hash takes no options", token_help);
         std::string line;
         std::getline(std::cin, line);
-        while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+        while (!line.empty() && (line.back() == '\r' || line.back() == ' '))
+            line.pop_back();
         if (line.empty()) return usage_error("token hash: no token on stdin", token_help);
         std::cout << baton::sha256_hex(line) << "\n";
         return 0;
@@ -210,7 +218,8 @@ int token(const std::vector<std::string>& args) {
             std::cout << token_help;
             return 0;
         }
-        if (!option_value(args, i, name, value)) return usage_error(args[i] + " needs a value", token_help);
+        if (!option_value(args, i, name, value))
+            return usage_error(args[i] + " needs a value", token_help);
         if (name == "--tenant") {
             tenant = value;
         } else if (name == "--scope") {

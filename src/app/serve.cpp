@@ -103,7 +103,8 @@ int run_daemon(const serve_options& opts) {
         return ec == errc::invalid_config ? 2 : 1;
     }
     auto local = svc.local_endpoint();
-    std::cout << "listening on http://" << url_host(local) << ":" << local.port() << std::endl;
+    std::cout << "listening on " << (svc.config().server.tls ? "https://" : "http://") << url_host(local)
+              << ":" << local.port() << std::endl;
     log::info("ready", {{"listen", url_host(local) + ":" + std::to_string(local.port())},
                         {"threads", threads},
                         {"storage", svc.config().storage.type == storage_config::kind::sqlite

@@ -125,12 +125,17 @@ void read_tenants(config_errors& e, const json::value& v, std::map<std::string, 
 }
 
 void read_server(config_errors& e, config_errors& warnings, const json::value& v, server_config& out) {
-    object_reader o(
-        e, v, "server",
-        {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms", "idle_timeout_ms",
-         "sse_heartbeat_ms", "events_per_turn", "metrics_public", "tls", "max_connections"});
+    object_reader o(e, v, "server",
+                    {"listen", "threads", "max_body_bytes", "tokens", "header_timeout_ms",
+                     "idle_timeout_ms", "sse_heartbeat_ms", "events_per_turn", "metrics_public", "tls",
+                     "max_connections", "max_connections_per_ip", "body_timeout_ms",
+                     "max_header_bytes"});
     o.read("metrics_public", out.metrics_public);
     o.read("max_connections", out.max_connections, 1);
+    if (std::int64_t per_ip = 0; o.read("max_connections_per_ip", per_ip, 0))
+        out.max_connections_per_ip = per_ip;
+    o.read("max_header_bytes", out.max_header_bytes, 1024, 1 << 20);
+    o.read("body_timeout_ms", out.body_timeout);
     if (const json::value* t = o.find("tls")) read_tls(e, *t, o.path("tls"), out.tls);
     if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
         o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
@@ -257,8 +262,9 @@ void check_agent_tools(const object_reader& o, const agent_config& a, const conf
 
 void read_agent(config_errors& e, const json::value& v, std::string path, const config& cfg,
                 agent_config& out) {
-    object_reader o(e, v, std::move(path),
-                    {"model", "instructions", "tools", "limits", "context", "admission", "on_abandoned"});
+    object_reader o(
+        e, v, std::move(path),
+        {"model", "instructions", "tools", "limits", "context", "admission", "on_abandoned"});
     if (!o) return;
     std::string abandoned;
     if (o.read("on_abandoned", abandoned)) {
@@ -461,9 +467,9 @@ void name_schedules(config_errors& e, const std::string& path, std::vector<sched
 void read_channels(config_errors& e, const json::value& v, const config& cfg, channels_config& out) {
     object_reader o(e, v, "channels", {"ws", "webhook", "telegram", "schedules"});
     if (const json::value* ws = o.find("ws")) {
-        object_reader w(e, *ws, o.path("ws"),
-                        {"enabled", "max_connections", "max_frame_bytes", "max_queued_frames",
-                         "idle_timeout_ms"});
+        object_reader w(
+            e, *ws, o.path("ws"),
+            {"enabled", "max_connections", "max_frame_bytes", "max_queued_frames", "idle_timeout_ms"});
         w.read("enabled", out.ws_enabled);
         w.read("max_connections", out.ws_max_connections, 1);
         w.read("max_frame_bytes", out.ws_max_frame_bytes, 16);

@@ -106,7 +106,8 @@ struct runtime::impl {
     baton::timer* idle_wait = nullptr;
     using idle_queue = std::multimap<time_point, idle_session>;
     idle_queue idle_due;
-    std::unordered_map<std::string, idle_queue::iterator> idle_index; // each session's one entry (by key)
+    std::unordered_map<std::string, idle_queue::iterator>
+        idle_index; // each session's one entry (by key)
     bool idle_loop_running = false;
     void compaction_due(const session_ref& s, const std::string& agent, std::chrono::milliseconds after);
     asio::awaitable<void> idle_loop();
@@ -114,7 +115,7 @@ struct runtime::impl {
 };
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options events)
-    : runtime(std::move(ex), fw, runtime_options{events, system_clock()}) {}
+    : runtime(std::move(ex), fw, runtime_options{events, system_clock(), {}}) {}
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, runtime_options o)
     : fw_(fw), impl_(std::make_unique<impl>(std::move(ex), *this, std::move(o))) {

@@ -38,7 +38,8 @@ std::shared_ptr<store> open_store(const config& cfg) {
     case storage_config::kind::memory:
         return make_memory_store();
     case storage_config::kind::postgres:
-        throw std::invalid_argument("storage.postgres: PostgreSQL storage is not available in this build");
+        throw std::invalid_argument(
+            "storage.postgres: PostgreSQL storage is not available in this build");
     case storage_config::kind::sqlite:
         break;
     }
@@ -94,7 +95,9 @@ struct service::impl : channel_host {
     const baton::config& config() const override { return opts.config; }
     baton::runtime& runtime() override { return *rt; }
     void add_plugin(plugin p) override { fw->register_plugin(std::move(p)); }
-    void add_outbound(std::shared_ptr<outbound_channel> c) override { outbox->add_channel(std::move(c)); }
+    void add_outbound(std::shared_ptr<outbound_channel> c) override {
+        outbox->add_channel(std::move(c));
+    }
 
     // stop() or close() on every channel; one that fails is logged and the others go on.
     // How far async_start got: channels[0, attached) were attached, [0, started) started. A start
@@ -225,9 +228,6 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     // model client the config cannot make: invalid_config.
     if (!i.init_error.empty()) co_return failure<nothing>(i.init_errc, i.init_error, diag);
     const auto& cfg = i.opts.config;
-    if (cfg.server.tls)
-        co_return failure<nothing>(errc::invalid_config,
-                                   "server.tls: TLS on the listener is not available in this build", diag);
     // With tokens every /v1 call is authenticated: any address may be listened on.
     if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen(cfg.server.listen) &&
         !i.opts.allow_unauthenticated_remote)
@@ -357,9 +357,8 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     co_return outcome<turn_record>{{}, std::move(*w->record)};
 }
 
-asio::awaitable<outcome<std::vector<tape_entry>>> service::read_tape(session_ref session_id,
-                                                                      std::int64_t after,
-                                                                      std::size_t limit) {
+asio::awaitable<outcome<std::vector<tape_entry>>>
+service::read_tape(session_ref session_id, std::int64_t after, std::size_t limit) {
     using out = outcome<std::vector<tape_entry>>;
     if (limit < 1 || limit > 1000) co_return out{make_error_code(errc::invalid_request), {}};
     std::vector<tape_entry> entries;
@@ -466,9 +465,11 @@ asio::awaitable<outcome<service_event>> service::subscription::next() {
                 s->queue.pop_front();
                 co_return out{{}, std::move(e)};
             }
-            if (s->closed || (s->log && s->finished)) co_return out{make_error_code(asio::error::eof), {}};
+            if (s->closed || (s->log && s->finished))
+                co_return out{make_error_code(asio::error::eof), {}};
         }
-        if (co_await detail::cancelled()) co_return out{make_error_code(asio::error::operation_aborted), {}};
+        if (co_await detail::cancelled())
+            co_return out{make_error_code(asio::error::operation_aborted), {}};
         s->timer.expires_at(asio::steady_timer::time_point::max());
         co_await s->timer.async_wait(asio::as_tuple(asio::use_awaitable));
     }

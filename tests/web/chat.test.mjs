@@ -39,7 +39,7 @@ function start(name, cmd, argv) {
     const timer = setTimeout(() => reject(new Error(`${name}: no 'listening on' line in 20 s`)), 20000);
     child.stdout.on('data', (d) => {
       entry.out += d;
-      const m = /^listening on (http:\/\/\S+)/m.exec(entry.out);
+      const m = /^listening on (https?:\/\/\S+)/m.exec(entry.out);
       if (m) { clearTimeout(timer); resolve(m[1]); }
     });
     child.on('exit', (code, sig) => {
@@ -258,21 +258,32 @@ async function run() {
   await withTokens();
 }
 
-// 4. A daemon with bearer tokens: the page asks for one, refuses a wrong one, chats with the
-// right one (sent as the "bearer.<token>" subprotocol) and keeps it across a reload.
+// 4. A daemon with bearer tokens behind TLS (a self-signed certificate, which this browser
+// context is told to accept): the page is served over https://, talks over wss://, asks for a
+// token, refuses a wrong one, chats with the right one (sent as the "bearer.<token>"
+// subprotocol) and keeps it across a reload.
 async function withTokens() {
   const made = execFileSync(args.baton, ['token', 'new', '--tenant', 'web'], { encoding: 'utf8' }).split('\n');
   const token = made[0];
+  const cert = join(work, 'cert.pem');
+  const key = join(work, 'key.pem');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+    '-days', '2', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1,DNS:localhost',
+    '-keyout', key, '-out', cert], { stdio: 'ignore' });
   const config = join(work, 'tokens.json');
-  writeFileSync(config, JSON.stringify({ server: { tokens: [JSON.parse(made[1])] } }));
-  const base = await start('baton (tokens)', args.baton,
+  writeFileSync(config, JSON.stringify({ server: {
+    tokens: [JSON.parse(made[1])], tls: { cert_file: cert, key_file: key } } }));
+  const base = await start('baton (tokens, TLS)', args.baton,
     ['serve', '--config', config, '--listen', '127.0.0.1:0', '--data', join(work, 'data-tokens')]);
-  const page = await browser.newPage();
+  check(base.startsWith('https://'), `the TLS daemon said ${base}`);
+  const context = await browser.newContext({ ignoreHTTPSErrors: true });
+  const page = await context.newPage();
   page.setDefaultTimeout(WAIT_MS);
   const pageErrors = [];
   page.on('pageerror', (e) => pageErrors.push(String(e)));
   const protocols = [];
   page.on('websocket', (ws) => protocols.push(ws.url()));
+  const wssOnly = () => protocols.every((u) => u.startsWith('wss://'));
   await page.goto(`${base}/?session=tokens-${process.pid}`);
   await expect('the page did not ask for a token', page.waitForSelector('#login:not([hidden])'));
   check(/needs a token/.test(await page.textContent('#status')), 'the status does not say a token is needed');
@@ -294,9 +305,10 @@ async function withTokens() {
   await expect('the page did not reconnect with its kept token',
                page.waitForSelector('#status[data-state="connected"]'));
   check(await page.locator('#login').isHidden(), 'the kept token was asked for again');
+  check(protocols.length > 0 && wssOnly(), `not every WebSocket was wss://: ${protocols.join(', ')}`);
   check(pageErrors.length === 0, `errors in the token page: ${pageErrors.join('; ')}`);
-  await page.close();
-  log('the token page passed');
+  await context.close();
+  log('the token page over https passed');
 }
 
 const deadline = setTimeout(() => {
