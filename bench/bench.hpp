@@ -3,6 +3,7 @@
 
 #include <boost/json.hpp>
 
+#include <cstdio>
 #include <initializer_list>
 #include <iostream>
 #include <optional>
@@ -80,6 +81,13 @@ inline std::string json_field(std::string_view text, std::string_view key) {
     if (ec || !v.is_object()) return {};
     auto f = v.get_object().if_contains(key);
     return f && f->is_string() ? std::string(f->get_string()) : std::string();
+}
+
+// `v` with `digits` decimals, for the readable lines.
+inline std::string fixed(double v, int digits = 1) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+    return buf;
 }
 
 inline void print_json(const boost::json::object& o) {

@@ -1,4 +1,4 @@
-# Sourced by bench/smoke.sh and bench/compare.sh: a scratch directory, the processes started
+# Sourced by bench/smoke.sh, bench/compare.sh and bench/isolation.sh: a scratch directory, the processes started
 # here (ended by their id at exit), and the URL a process prints when it is ready.
 work=$(mktemp -d)
 pids=()
@@ -9,3 +9,11 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+# The URL after `listening on ` in FILE, once it is there (20 s at most).
+wait_url() {
+    timeout 20 bash -c "until grep -q '^listening on ' '$1'; do sleep 0.05; done"
+    sed -n 's/^listening on //p' "$1" | head -1
+}
+# The number of "KEY": in a JSON line.
+num() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p" <<<"$2" | head -1; }

@@ -10,12 +10,6 @@ new=$2
 rounds=${3:-5}
 . "$(dirname "$0")/common.sh"
 
-wait_url() {
-    timeout 20 bash -c "until grep -q '^listening on ' '$1'; do sleep 0.05; done"
-    sed -n 's/^listening on //p' "$1" | head -1
-}
-num() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p" <<<"$2" | head -1; }
-
 # The mock model is the same binary for both (the new build's), so that only baton differs.
 "$new/baton-bench" mock-model --listen 127.0.0.1:0 >"$work/mock.out" 2>&1 &
 pids+=($!)

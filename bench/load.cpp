@@ -39,6 +39,7 @@ struct load_settings {
     int threads = 1;
     std::string mode = "poll";
     std::string text = "hello";
+    std::string token; // sent as Authorization: Bearer on every request and upgrade
     milliseconds timeout{60000};
 };
 
@@ -91,11 +92,14 @@ struct client_stats {
 struct client {
     client(asio::any_io_executor ex, int i, const load_settings& s)
         : executor(ex), index(i), session("load-" + std::to_string(i % s.sessions)),
-          http(std::make_unique<http_connection>(ex, s.url.host, s.url.port)),
-          ws(std::make_unique<ws_connection>(ex, s.url.host, s.url.port)) {}
+          http(std::make_unique<http_connection>(ex, s.url.host, s.url.port)) {
+        if (!s.token.empty()) http->set_header("Authorization", "Bearer " + s.token);
+        drop_ws(s);
+    }
     // A broken WebSocket cannot be reused: the next turn connects a new one.
     void drop_ws(const load_settings& s) {
         ws = std::make_unique<ws_connection>(executor, s.url.host, s.url.port);
+        if (!s.token.empty()) ws->set_header("Authorization", "Bearer " + s.token);
         ws_open = false;
     }
     asio::any_io_executor executor; // the client's strand
@@ -309,7 +313,7 @@ void run_phase(asio::io_context& ctx, std::vector<std::unique_ptr<client>>& clie
 namespace {
 load_settings parse_settings(const options& opt) {
     opt.only({"--url", "--clients", "--sessions", "--turns", "--seconds", "--mode", "--pid", "--text",
-              "--warmup", "--threads", "--timeout-ms"});
+              "--warmup", "--threads", "--timeout-ms", "--token"});
     load_settings s;
     auto url = opt.text("--url", "http://127.0.0.1:8080");
     auto parsed = parse_http_url(url);
@@ -323,6 +327,7 @@ load_settings parse_settings(const options& opt) {
     s.threads = static_cast<int>(opt.number("--threads", 1));
     s.mode = opt.text("--mode", "poll");
     s.text = opt.text("--text", "hello");
+    s.token = opt.text("--token", "");
     s.timeout = milliseconds(static_cast<long>(opt.number("--timeout-ms", 60000)));
     if (s.clients < 1 || s.sessions < 1 || s.turns < 1 || s.seconds < 0 || s.threads < 1 ||
         s.timeout.count() < 1)
@@ -332,11 +337,6 @@ load_settings parse_settings(const options& opt) {
     return s;
 }
 
-std::string fixed(double v, int digits = 1) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-    return buf;
-}
 } // namespace
 
 int run_load(const options& opt) {

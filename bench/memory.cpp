@@ -5,6 +5,7 @@
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
 #include "bench/net.hpp"
+#include "bench/process.hpp"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -12,146 +13,13 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstring>
-#include <filesystem>
 #include <thread>
-
-extern char** environ;
 
 namespace baton::bench {
 
 namespace json = boost::json;
-namespace fs = std::filesystem;
 
 namespace {
-constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-// A temp directory removed with everything in it.
-struct temp_dir {
-    fs::path path;
-    temp_dir() {
-        std::string tmpl = (fs::temp_directory_path() / "baton-bench-memory-XXXXXX").string();
-        if (!mkdtemp(tmpl.data()))
-            throw std::runtime_error("mkdtemp: " + std::string(std::strerror(errno)));
-        path = tmpl;
-    }
-    ~temp_dir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-};
-
-// The daemon this command started: stopped (SIGTERM, then SIGKILL after 15 s) on destruction.
-struct daemon_process {
-    pid_t pid = -1;
-    int out = -1; // its stdout; kept open so that a later line never meets a closed pipe
-    int status = 0;
-
-    ~daemon_process() { stop(); }
-
-    // SIGTERM and wait; returns the exit status (or -1 when killed after the grace period).
-    int stop() {
-        if (pid > 0) {
-            kill(pid, SIGTERM);
-            auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-            pid_t r = 0;
-            while ((r = waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until)
-                std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            if (r == 0) {
-                kill(pid, SIGKILL);
-                waitpid(pid, &status, 0);
-                status = -1;
-            }
-            pid = -1;
-        }
-        if (out >= 0) close(out);
-        out = -1;
-        return status == -1 ? -1 : WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-};
-
-std::string default_baton_path() {
-    std::error_code ec;
-    auto self = fs::read_symlink("/proc/self/exe", ec);
-    return ec ? "baton" : (self.parent_path() / "baton").string();
-}
-
-// Starts `baton serve --listen 127.0.0.1:0 --data DIR`, stderr to `log`, without BATON_MODEL (the
-// embedded echo model), and returns its stdout's first line.
-std::string start_daemon(daemon_process& d, const std::string& baton, const fs::path& data,
-                         const fs::path& log) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        throw std::runtime_error("pipe: " + std::string(std::strerror(errno)));
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> args{baton, "serve", "--listen", "127.0.0.1:0", "--data", data.string()};
-    std::vector<char*> argv;
-    for (auto& a : args)
-        argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (char** e = environ; *e; ++e)
-        if (std::strncmp(*e, "BATON_MODEL", 11) != 0) envp.push_back(*e);
-    envp.push_back(nullptr);
-    int rc = posix_spawn(&d.pid, baton.c_str(), &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    d.out = fds[0];
-    if (rc != 0) {
-        d.pid = -1;
-        throw std::runtime_error("cannot start " + baton + ": " + std::strerror(rc));
-    }
-    std::string line;
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (line.find('\n') == std::string::npos) {
-        auto left = std::chrono::duration_cast<milliseconds>(until - std::chrono::steady_clock::now());
-        pollfd p{d.out, POLLIN, 0};
-        if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0)
-            throw std::runtime_error(
-                "the daemon did not print its address within 20 s (log: " + log.string() + ")");
-        char buf[256];
-        auto n = read(d.out, buf, sizeof buf);
-        if (n <= 0)
-            throw std::runtime_error("the daemon exited before listening (log: " + log.string() + ")");
-        line.append(buf, static_cast<std::size_t>(n));
-    }
-    return line.substr(0, line.find('\n'));
-}
-
-// Runs one coroutine on `ctx` to completion.
-template <class T> T run(asio::io_context& ctx, asio::awaitable<T> a) {
-    std::optional<T> result;
-    std::exception_ptr error;
-    asio::co_spawn(ctx, std::move(a), [&](std::exception_ptr e, T v) {
-        error = e;
-        if (!e) result = std::move(v);
-    });
-    ctx.run();
-    ctx.restart();
-    if (error) std::rethrow_exception(error);
-    return std::move(*result);
-}
-
-asio::awaitable<bool> wait_healthy(http_connection& c) {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    for (int i = 0; i < 200; ++i) {
-        auto [ec, r] = co_await c.request(method_get, "/healthz", {}, milliseconds(2000));
-        if (!ec && r.status == 200) co_return true;
-        t.expires_after(milliseconds(50));
-        co_await t.async_wait(use_tuple);
-    }
-    co_return false;
-}
 
 // Posts one message to each of sessions mem-<i> it claims and waits for its turn to be terminal.
 asio::awaitable<void> session_worker(http_url url, std::atomic<int>& next, int total, int& errors) {
@@ -204,12 +72,13 @@ int run_memory(const options& opt) {
     }
     // Before the daemon starts, so that it inherits the raised limit too.
     auto fd_limit = raise_fd_limit();
-    temp_dir dir;
-    daemon_process daemon;
-    auto line = start_daemon(daemon, baton, dir.path / "data", dir.path / "daemon.log");
-    constexpr std::string_view prefix = "listening on ";
-    auto url = line.starts_with(prefix) ? parse_http_url(line.substr(prefix.size())) : std::nullopt;
-    if (!url) throw std::runtime_error("unexpected first line from the daemon: " + line);
+    temp_dir dir("baton-bench-memory");
+    child_process daemon;
+    // The embedded echo model (no BATON_MODEL).
+    auto line =
+        daemon.start({baton, "serve", "--listen", "127.0.0.1:0", "--data", (dir.path / "data").string()},
+                     dir.path / "daemon.log");
+    auto url = std::optional<http_url>(listening_url(line));
     std::cout << "daemon pid " << daemon.pid << " " << line << "\n";
 
     asio::io_context ctx(1);

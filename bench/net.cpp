@@ -64,6 +64,7 @@ struct http_connection::impl {
     std::string port;
     bool open = false;
     std::size_t connects = 0;
+    std::vector<std::pair<std::string, std::string>> headers;
 
     asio::awaitable<error_code> ensure_open(milliseconds timeout) {
         if (open) co_return error_code{};
@@ -98,6 +99,8 @@ struct http_connection::impl {
         bhttp::request<bhttp::string_body> req{bhttp::string_to_verb(method), target, 11};
         req.set(bhttp::field::host, host + ":" + port);
         req.set(bhttp::field::user_agent, "baton-bench");
+        for (const auto& [name, value] : headers)
+            req.set(name, value);
         req.keep_alive(true);
         return req;
     }
@@ -106,6 +109,10 @@ struct http_connection::impl {
 http_connection::http_connection(asio::any_io_executor ex, std::string host, std::string port)
     : impl_(std::make_unique<impl>(std::move(ex), std::move(host), std::move(port))) {}
 http_connection::~http_connection() = default;
+
+void http_connection::set_header(std::string name, std::string value) {
+    impl_->headers.emplace_back(std::move(name), std::move(value));
+}
 
 std::size_t http_connection::connects() const {
     return impl_->connects;

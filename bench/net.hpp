@@ -62,6 +62,9 @@ public:
     events(std::string target, const std::function<bool(const sse_event&)>& on_event,
            milliseconds timeout);
 
+    // A header sent with every later request (Authorization).
+    void set_header(std::string name, std::string value);
+
     // TCP connections made so far (1 when keep-alive held all along).
     std::size_t connects() const;
     void close();

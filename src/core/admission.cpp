@@ -134,6 +134,15 @@ void actor_registry::turn_done(session_actor& a) {
     a.running.clear();
 }
 
+void actor_registry::turn_ending(const std::string& key, const std::string& turn_id) {
+    auto& sh = shard_for(key, nullptr);
+    std::lock_guard lock(sh.mutex);
+    auto it = sh.actors.find(key);
+    if (it == sh.actors.end() || it->second->running != turn_id) return;
+    it->second->busy = false;
+    it->second->running.clear();
+}
+
 std::vector<turn_record> actor_registry::take_ready(session_actor& a, const std::string& agent) {
     std::lock_guard lock(shards_[a.shard].mutex);
     std::vector<turn_record> out;

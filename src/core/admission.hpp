@@ -76,6 +76,9 @@ public:
     // The drainer's next turn; nullopt ends the drainer (and evicts the actor when it is idle).
     std::optional<turn_slot> next_turn(session_actor& a, bool draining);
     void turn_done(session_actor& a);
+    // The end of the session's running turn `turn_id` is stored: the session reads as idle from
+    // now on (reject mode takes the next message), before anyone can read the turn as finished.
+    void turn_ending(const std::string& key, const std::string& turn_id);
     // Admission modes `collect` and `steer`: takes the stored messages at the front of the queue
     // (in order, stopping at one not yet stored or for another agent) to fold into the turn that
     // runs or is about to run.

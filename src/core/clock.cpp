@@ -184,15 +184,18 @@ public:
         auto slot = asio::get_associated_cancellation_slot(h);
         auto o = std::make_shared<manual_state::op>(
             this, std::move(h), asio::prefer(ex_, asio::execution::outstanding_work.tracked));
+        // Decided under the mutex: once the wait is in `waits`, another thread's advance() may
+        // complete it (and set `done`) at any time.
+        bool due_now = false;
         {
             std::lock_guard lock(st_->mutex);
             if (expiry_ > st_->now) {
                 o->at = st_->waits.emplace(expiry_, o);
             } else {
-                o->done = true;
+                o->done = due_now = true;
             }
         }
-        if (o->done) {
+        if (due_now) {
             manual_state::finish(o, {});
             return;
         }

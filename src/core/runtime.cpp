@@ -515,6 +515,7 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
         try {
             auto finish = [rec](store& s) { s.finish_turn(rec); };
             co_await rt.fw_.db().run(std::move(finish));
+            actors.turn_ending(session_of(rec).key(), rec.turn_id);
             turns.finished(rec);
             quotas.add_usage(rec.tenant, clk->utc_ms(), rec.usage);
             if (attempt > 1)
