@@ -2,7 +2,9 @@
 # One tenant at its limit never slows another: tenant B's turn latency alone, and while tenant A
 # floods the daemon past its turns_per_minute (most of A's messages answered 429 rate_limited),
 # alternated ROUNDS times in one sitting. One daemon (SQLite, a streamed mock model, bearer tokens
-# of both tenants); the same load generator for both (baton-bench load --token).
+# of both tenants; a context window of 4096 tokens, so that B's sessions stay at their budget and
+# later rounds do not pay for a longer history); the same load generator for both
+# (baton-bench load --token).
 # Usage: bench/isolation.sh [BUILD_DIR] [ROUNDS]   (BUILD_DIR holds baton and baton-bench; build/)
 set -euo pipefail
 dir=${1:-build}
@@ -20,7 +22,8 @@ cat >"$work/baton.json" <<JSON
 {"server": {"tokens": [$(sed -n 2p <<<"$a"), $(sed -n 2p <<<"$b")]},
  "tenants": {"a": {"limits": {"turns_per_minute": 60}}},
  "agents": {"default": {"model": {"provider": "openai", "base_url": "$mock_url/v1", "model": "mock",
-                                  "stream": true, "timeout_ms": 10000}}}}
+                                  "stream": true, "timeout_ms": 10000, "context_window": 4096},
+                        "context": {"reserve_output_tokens": 512}}}}
 JSON
 "$dir/baton" serve --config "$work/baton.json" --listen 127.0.0.1:0 --data "$work/data" \
     >"$work/d.out" 2>"$work/d.log" &
