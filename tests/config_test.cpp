@@ -133,6 +133,24 @@ BOOST_AUTO_TEST_CASE(empty_object_gives_defaults) {
     BOOST_TEST(baton::parse_config(R"({"agents": {}})").cfg.agents.count("default") == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(server_limits_parse_with_their_bounds) {
+    auto d = baton::parse_config("{}").cfg.server;
+    BOOST_TEST(!d.max_connections_per_ip.has_value()); // the channel picks 1024 or none
+    BOOST_TEST(d.body_timeout.count() == 30000);
+    BOOST_TEST(d.max_header_bytes == 16384);
+    auto r = baton::parse_config(
+        R"({"server": {"max_connections_per_ip": 0, "body_timeout_ms": 500, "max_header_bytes": 4096}})");
+    BOOST_TEST(r.errors.empty());
+    BOOST_TEST(r.cfg.server.max_connections_per_ip.value_or(-1) == 0);
+    BOOST_TEST(r.cfg.server.body_timeout.count() == 500);
+    BOOST_TEST(r.cfg.server.max_header_bytes == 4096);
+    auto bad = errors_of(
+        R"({"server": {"max_connections_per_ip": -1, "body_timeout_ms": 0, "max_header_bytes": 100}})");
+    BOOST_TEST(bad.find("server.max_connections_per_ip") != std::string::npos, bad);
+    BOOST_TEST(bad.find("server.body_timeout_ms") != std::string::npos, bad);
+    BOOST_TEST(bad.find("server.max_header_bytes") != std::string::npos, bad);
+}
+
 BOOST_AUTO_TEST_CASE(agent_fields_default_and_name_is_the_key) {
     auto r = baton::parse_config(R"({"agents": {"support": {"limits": {"max_steps": 3}}}})");
     BOOST_TEST(errors_of(R"({"agents": {"support": {"limits": {"max_steps": 3}}}})") == "");
