@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <sys/wait.h>
+#include <thread>
 
 using namespace baton::test;
 namespace json = boost::json;
@@ -62,7 +63,7 @@ issued new_token(const std::string& tenant) {
 struct tls_fixture : daemon_fixture {
     fs::path cert, key;
     issued a;
-    tls_fixture() : daemon_fixture(deferred{}) {
+    explicit tls_fixture(const std::string& extra_server = "") : daemon_fixture(deferred{}) {
         cert = dir.root / "cert.pem";
         key = dir.root / "key.pem";
         auto made = shell("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2"
@@ -71,11 +72,11 @@ struct tls_fixture : daemon_fixture {
                           quoted(key.string()) + " -out " + quoted(cert.string()) + " 2>&1");
         BOOST_TEST_REQUIRE(made.exit_code == 0, "openssl req: " << made.output);
         a = new_token("a");
-        auto cfg = write_file("baton.json", R"({"server": {"tls": {"cert_file": )" +
-                                                json::serialize(json::value(cert.string())) +
-                                                R"(, "key_file": )" +
-                                                json::serialize(json::value(key.string())) +
-                                                R"(}, "tokens": [)" + a.entry + "]}}");
+        auto cfg = write_file("baton.json",
+                              R"({"server": {)" + extra_server + R"("tls": {"cert_file": )" +
+                                  json::serialize(json::value(cert.string())) + R"(, "key_file": )" +
+                                  json::serialize(json::value(key.string())) + R"(}, "tokens": [)" +
+                                  a.entry + "]}}");
         start({"--config", cfg.string()});
         BOOST_TEST_REQUIRE(daemon->tls(), "the daemon did not say listening on https://");
     }
@@ -88,6 +89,10 @@ struct tls_fixture : daemon_fixture {
                      " 2>&1");
     }
     std::string bearer() const { return quoted("Authorization: Bearer " + a.token); }
+};
+
+struct one_connection_tls_fixture : tls_fixture {
+    one_connection_tls_fixture() : tls_fixture(R"("max_connections": 1, )") {}
 };
 
 unsigned status_of(const shell_result& r) {
@@ -178,6 +183,24 @@ BOOST_FIXTURE_TEST_CASE(baton_chat_talks_over_wss, tls_fixture) {
     BOOST_TEST(untrusted.output().find("TLS: certificate verify failed") != std::string::npos,
                untrusted.output());
     BOOST_TEST(untrusted.output().find(a.token) == std::string::npos);
+}
+
+BOOST_FIXTURE_TEST_CASE(over_max_connections_a_tls_client_gets_503_after_the_handshake,
+                        one_connection_tls_fixture) {
+    std::optional<connection> held(connect()); // a TCP connection that says nothing holds the place
+    BOOST_TEST(held->write(std::string(1, '\x16')));
+    auto refused = curl("-i " + quoted(url("/healthz")));
+    BOOST_TEST(refused.exit_code == 0, refused.output);
+    BOOST_TEST(status_of(refused) == 503u, refused.output);
+    BOOST_TEST(refused.output.find("Retry-After: 1") != std::string::npos, refused.output);
+    BOOST_TEST(refused.output.find("\"overloaded\"") != std::string::npos, refused.output);
+    held.reset(); // its place is free again
+    bool served = false;
+    for (int i = 0; i < 50 && !served; ++i) {
+        served = status_of(curl(quoted(url("/healthz")))) == 200u;
+        if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    BOOST_TEST(served);
 }
 
 BOOST_AUTO_TEST_CASE(files_without_a_certificate_or_key_are_a_config_error) {
