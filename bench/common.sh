@@ -17,3 +17,10 @@ wait_url() {
 }
 # The number of "KEY": in a JSON line.
 num() { sed -n "s/.*\"$1\":\([-0-9.eE+]*\).*/\1/p" <<<"$2" | head -1; }
+# The median and min-max of KEY over the lines of $work/runs that hold FILTER (literally, e.g.
+# "build":"old"), printed as `LABEL KEY: median M (MIN-MAX, N runs)` with DIGITS decimals.
+median_line() { # filter key digits label
+    grep -F "$1" "$work/runs" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" | sort -g |
+        awk -v l="$4" -v k="$2" -v d="$3" '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
+            f = "%s %s: median %." d "f (%." d "f-%." d "f, %d runs)\n"; printf f, l, k, m, v[1], v[NR], NR}'
+}

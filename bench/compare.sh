@@ -50,11 +50,7 @@ for n in $(seq "$rounds"); do
     done
 done
 
-summary() { # build key
-    grep "\"build\":\"$1\"" "$work/runs" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" | sort -g |
-        awk -v b="$1" -v k="$2" '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-            printf "%s %s: median %.0f (%.0f-%.0f, %d runs)\n", b, k, m, v[1], v[NR], NR}'
-}
+summary() { median_line "\"build\":\"$1\"" "$2" 0 "$1"; } # build key
 for k in pipeline_turns_per_s daemon_turns_per_s daemon_cpu_us_per_turn; do
     summary old $k
     summary new $k

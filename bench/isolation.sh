@@ -47,11 +47,7 @@ for n in $(seq "$rounds"); do
     echo "{\"round\":$n,\"b\":\"beside_a_flood\",\"turns_per_s\":$(num turns_per_s "$beside"),\"p50_ms\":$(num p50_ms "$beside"),\"p99_ms\":$(num p99_ms "$beside"),\"errors\":$(num errors "$beside"),\"a_turns\":$(num turns "$a_line"),\"a_refused_429\":${refused:-0}}" | tee -a "$work/runs"
 done
 
-summary() { # phase key
-    grep "\"b\":\"$1\"" "$work/runs" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" | sort -g |
-        awk -v b="$1" -v k="$2" '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
-            printf "B %s %s: median %.2f (%.2f-%.2f, %d runs)\n", b, k, m, v[1], v[NR], NR}'
-}
+summary() { median_line "\"b\":\"$1\"" "$2" 2 "B $1"; } # phase key
 for k in turns_per_s p50_ms p99_ms; do
     summary alone $k
     summary beside_a_flood $k
