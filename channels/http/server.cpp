@@ -42,6 +42,16 @@ constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 template <class Stream> constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
 
+// Reads and drops what the peer sends until it closes or the stream's deadline (set by the
+// caller) passes: a refused client reads the answer before the close, not a reset.
+asio::awaitable<void> drain(beast::tcp_stream& stream) {
+    char sink[4096];
+    for (;;) {
+        auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
+        if (ec) break;
+    }
+}
+
 // The listener's TLS context: TLS 1.2 and later, the certificate chain and key of server.tls.
 std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
     auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
@@ -416,12 +426,8 @@ asio::awaitable<void> http_server::impl::handshake(std::shared_ptr<impl> self, t
         co_await asio::async_write(tcp_layer, asio::buffer(bytes), use_tuple);
         boost::system::error_code ignored;
         tcp_layer.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        // The rest of what it sent is read and dropped (for at most that second), so that the
-        // close does not reset the connection before the answer is read.
-        for (;;) {
-            auto [dec, n] = co_await tcp_layer.async_read_some(asio::buffer(first), use_tuple);
-            if (dec) break;
-        }
+        // The rest of what it sent is dropped within that same second.
+        co_await drain(tcp_layer);
         co_return;
     }
     auto [ec, used] =
@@ -626,11 +632,7 @@ std::string overloaded_response(std::string_view message) {
 asio::awaitable<void> drain_and_close(tcp::socket s) {
     beast::tcp_stream stream(std::move(s));
     stream.expires_after(std::chrono::seconds(1));
-    char sink[4096];
-    for (;;) {
-        auto [ec, n] = co_await stream.async_read_some(asio::buffer(sink), use_tuple);
-        if (ec) break;
-    }
+    co_await drain(stream);
 }
 
 asio::awaitable<void> refuse_tls(tcp::socket socket, ssl::context& ctx, std::string response) {
