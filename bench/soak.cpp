@@ -14,6 +14,7 @@
 #include "bench/process.hpp"
 
 #include <baton/auth.hpp>
+#include <baton/types.hpp>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -21,8 +22,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
-
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -35,19 +34,6 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
-
-std::string sha256_hex(const std::string& s) {
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_Digest(s.data(), s.size(), digest, &n, EVP_sha256(), nullptr);
-    static const char* hex = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) {
-        out += hex[digest[i] >> 4];
-        out += hex[digest[i] & 15];
-    }
-    return out;
-}
 
 // What one period of the run saw.
 struct bucket {
