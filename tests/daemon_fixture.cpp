@@ -1,6 +1,8 @@
 // The only test translation unit that includes Beast: the end-to-end suites see plain structs.
 #include "tests/daemon_fixture.hpp"
 
+#include <baton/types.hpp>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
@@ -596,6 +598,22 @@ json::object daemon_fixture::wait_for_turn(std::string_view tid, const header_li
     BOOST_FAIL("turn " << tid << " did not reach the expected status within " << limit.count()
                        << " ms; last answer: " << last.status << " " << last.body);
     return {};
+}
+
+issued new_token(const std::vector<std::string>& args) {
+    std::vector<std::string> all{"token", "new"};
+    all.insert(all.end(), args.begin(), args.end());
+    auto r = run_baton(all);
+    BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
+    auto nl = r.output.find('\n');
+    BOOST_TEST_REQUIRE(nl != std::string::npos);
+    issued out{r.output.substr(0, nl), r.output.substr(nl + 1)};
+    while (!out.entry.empty() && out.entry.back() == '\n')
+        out.entry.pop_back();
+    auto entry = json::parse(out.entry).as_object();
+    BOOST_TEST(entry.at("sha256").as_string() == sha256_hex(out.token));
+    BOOST_TEST(out.entry.find(out.token) == std::string::npos); // only the hash goes in the config
+    return out;
 }
 
 } // namespace baton::test

@@ -151,6 +151,14 @@ private:
     std::string output_;
 };
 
+// A token made by `baton token new ARGS...`, as a user runs it, and the server.tokens entry it
+// printed (checked to hold only the token's SHA-256).
+struct issued {
+    std::string token;
+    std::string entry;
+};
+issued new_token(const std::vector<std::string>& args);
+
 // Statuses after which a turn never changes (docs/api.md "Turn record").
 const std::vector<std::string>& terminal_statuses();
 

@@ -163,28 +163,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 namespace {
 
-struct issued {
-    std::string token;
-    std::string entry; // the server.tokens entry `baton token new` printed
-};
-
-// `baton token new`, as a user runs it.
-issued new_token(const std::vector<std::string>& args) {
-    std::vector<std::string> all{"token", "new"};
-    all.insert(all.end(), args.begin(), args.end());
-    auto r = run_baton(all);
-    BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
-    auto nl = r.output.find('\n');
-    BOOST_TEST_REQUIRE(nl != std::string::npos);
-    issued out{r.output.substr(0, nl), r.output.substr(nl + 1)};
-    while (!out.entry.empty() && out.entry.back() == '\n')
-        out.entry.pop_back();
-    auto entry = json::parse(out.entry).as_object();
-    BOOST_TEST(entry.at("sha256").as_string() == sha256_hex(out.token));
-    BOOST_TEST(out.entry.find(out.token) == std::string::npos); // only the hash goes in the config
-    return out;
-}
-
 header_list bearer(const std::string& token) {
     return {{"Authorization", "Bearer " + token}};
 }

@@ -43,21 +43,6 @@ std::string quoted(const std::string& s) {
     return out + "'";
 }
 
-struct issued {
-    std::string token;
-    std::string entry;
-};
-
-issued new_token(const std::string& tenant) {
-    auto r = run_baton({"token", "new", "--tenant", tenant});
-    BOOST_TEST_REQUIRE(r.exit_code == 0, r.output);
-    auto nl = r.output.find('\n');
-    issued out{r.output.substr(0, nl), r.output.substr(nl + 1)};
-    while (!out.entry.empty() && out.entry.back() == '\n')
-        out.entry.pop_back();
-    return out;
-}
-
 // A daemon with server.tls (a fresh self-signed certificate for 127.0.0.1 and localhost) and one
 // token of tenant "a".
 struct tls_fixture : daemon_fixture {
@@ -71,7 +56,7 @@ struct tls_fixture : daemon_fixture {
                           " -keyout " +
                           quoted(key.string()) + " -out " + quoted(cert.string()) + " 2>&1");
         BOOST_TEST_REQUIRE(made.exit_code == 0, "openssl req: " << made.output);
-        a = new_token("a");
+        a = new_token({"--tenant", "a"});
         auto cfg = write_file("baton.json",
                               R"({"server": {)" + extra_server + R"("tls": {"cert_file": )" +
                                   json::serialize(json::value(cert.string())) + R"(, "key_file": )" +
