@@ -154,9 +154,9 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     }
     switch (m.id) {
     case route_id::post_message:
-        co_return co_await post_message(req, m.session_id, who);
+        co_return co_await post_message(req, m.session_id, m.query, who);
     case route_id::get_turn:
-        co_return co_await get_turn(m.turn_id, who);
+        co_return co_await get_turn(m.turn_id, m.query, who);
     case route_id::cancel_turn:
         co_return co_await cancel_turn(m.turn_id, who);
     case route_id::get_session:
@@ -275,7 +275,10 @@ asio::awaitable<reply> api::metrics_page() {
 }
 
 asio::awaitable<reply> api::post_message(const request_view& req, const std::string& sid,
-                                         const caller& who) {
+                                         std::string_view query, const caller& who) {
+    // Checked before anything is stored: a bad ?wait= stores no message.
+    auto wait = query_param_wait(query);
+    if (!wait.error.empty()) co_return error_reply(errc::invalid_request, wait.error);
     if (!valid_session_id(sid))
         co_return error_reply(errc::invalid_request,
                               "invalid session id: 1-128 characters of A-Z a-z 0-9 . _ : @ - expected");
@@ -297,9 +300,21 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
     auto result = co_await rt_.accept(std::move(ar));
     if (!result) co_return error_reply(result.error());
     auto& ok = *result;
+    std::string status = "queued";
+    if (wait.value) {
+        // The synchronous form: the finished record when the turn ends in time, else the 202.
+        auto rec = co_await rt_.wait_turn(ok.turn_id, who.tenant, *wait.value);
+        if (rec && is_terminal(rec->status)) {
+            reply r;
+            r.body = baton::turn_json(*rec);
+            r.headers.emplace_back("Location", "/v1/turns/" + ok.turn_id);
+            co_return r;
+        }
+        if (rec) status = to_string(rec->status);
+    }
     json::object body{{"turn_id", ok.turn_id},
                       {"session_id", ok.session_id},
-                      {"status", "queued"},
+                      {"status", status},
                       {"links", turn_links(ok.turn_id)}};
     if (ok.replayed) {
         if (auto rec = co_await rt_.get_turn(ok.turn_id, who.tenant)) {
@@ -313,8 +328,18 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
     co_return r;
 }
 
-asio::awaitable<reply> api::get_turn(const std::string& tid, const caller& who) {
+asio::awaitable<reply> api::get_turn(const std::string& tid, std::string_view query, const caller& who) {
+    auto wait = query_param_wait(query);
+    if (!wait.error.empty()) co_return error_reply(errc::invalid_request, wait.error);
     if (!plausible_turn_id(tid)) co_return error_reply(errc::not_found, "no such turn: " + tid);
+    if (wait.value && *wait.value > std::chrono::milliseconds::zero()) {
+        // A long poll: held until the turn ends, the wait passes or a drain begins.
+        auto rec = co_await rt_.wait_turn(tid, who.tenant, *wait.value);
+        if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
+        reply r;
+        r.body = baton::turn_json(*rec);
+        co_return r;
+    }
     auto text = co_await rt_.turn_json(tid, who.tenant);
     if (!text) co_return error_reply(errc::not_found, "no such turn: " + tid);
     reply r;

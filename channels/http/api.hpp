@@ -83,8 +83,8 @@ public:
 
 private:
     asio::awaitable<reply> post_message(const request_view& req, const std::string& sid,
-                                        const caller& who);
-    asio::awaitable<reply> get_turn(const std::string& tid, const caller& who);
+                                        std::string_view query, const caller& who);
+    asio::awaitable<reply> get_turn(const std::string& tid, std::string_view query, const caller& who);
     asio::awaitable<reply> cancel_turn(const std::string& tid, const caller& who);
     asio::awaitable<reply> get_session(const std::string& sid, const caller& who);
     asio::awaitable<reply> get_tape(const std::string& sid, std::string_view query, const caller& who);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <vector>
 
@@ -123,6 +124,44 @@ query_int query_param_int(std::string_view query, std::string_view name) {
         }
         r.value = n;
     }
+    return r;
+}
+
+query_wait query_param_wait(std::string_view query) {
+    query_wait r;
+    auto v = query_param(query, "wait");
+    if (!v) {
+        if (!boost::urls::parse_query(query)) r.error = "malformed query string";
+        return r;
+    }
+    // Whole seconds, then up to three decimals: milliseconds, without floating point.
+    std::int64_t ms = 0;
+    std::size_t i = 0, digits = 0, decimals = 0;
+    bool ok = !v->empty();
+    for (; ok && i < v->size() && (*v)[i] != '.'; ++i, ++digits) {
+        ok = std::isdigit(static_cast<unsigned char>((*v)[i])) && digits < 3;
+        ms = ms * 10 + ((*v)[i] - '0');
+    }
+    ms *= 1000;
+    if (ok && i < v->size()) { // the '.'
+        ++i;
+        ok = i < v->size() && digits > 0;
+        std::int64_t scale = 100;
+        for (; ok && i < v->size(); ++i, ++decimals, scale /= 10) {
+            ok = std::isdigit(static_cast<unsigned char>((*v)[i])) && decimals < 3;
+            ms += ((*v)[i] - '0') * scale;
+        }
+    }
+    ok = ok && digits > 0;
+    if (!ok) {
+        r.error = "wait: expected a number of seconds from 0 to 60, such as 30 or 2.5";
+        return r;
+    }
+    if (ms > 60000) {
+        r.error = "wait: at most 60 seconds";
+        return r;
+    }
+    r.value = std::chrono::milliseconds(ms);
     return r;
 }
 

@@ -4,6 +4,7 @@
 
 #include <baton/errors.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -45,6 +46,13 @@ struct query_int {
     std::string error;
 };
 query_int query_param_int(std::string_view query, std::string_view name);
+// `?wait=S` (docs/api.md): seconds, a decimal number from 0 to 60 with at most 3 decimals;
+// nullopt when absent, error text when malformed or out of range.
+struct query_wait {
+    std::optional<std::chrono::milliseconds> value;
+    std::string error;
+};
+query_wait query_param_wait(std::string_view query);
 // A query parameter's decoded value; nullopt when absent (or the query is malformed).
 std::optional<std::string> query_param(std::string_view query, std::string_view name);
 

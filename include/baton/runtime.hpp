@@ -69,18 +69,19 @@ struct usage_day {
 struct tenant_usage {
     std::string tenant;
     usage_day today;
-    std::vector<usage_day> days; // the last 30 days, today included, oldest first; days without turns too
+    std::vector<usage_day>
+        days; // the last 30 days, today included, oldest first; days without turns too
     tenant_limits limits;
 };
 
 // A tenant's live figures (/metrics' baton_tenant_* series).
 struct tenant_stats {
     std::string tenant;
-    std::int64_t running = 0;         // turns running under max_running_turns
-    std::int64_t waiting = 0;         // sessions waiting for a slot
+    std::int64_t running = 0; // turns running under max_running_turns
+    std::int64_t waiting = 0; // sessions waiting for a slot
     std::int64_t turns_today = 0;
     std::int64_t tokens_today = 0;
-    std::int64_t rate_limited = 0;    // messages refused, since start
+    std::int64_t rate_limited = 0; // messages refused, since start
     std::int64_t quota_exceeded = 0;
 };
 
@@ -112,6 +113,17 @@ public:
     asio::awaitable<std::optional<turn_record>> get_turn(std::string turn_id, std::string tenant = {});
     // The same record's public JSON (docs/api.md "Turn record"), as GET /v1/turns/{tid} answers it.
     asio::awaitable<std::optional<std::string>> turn_json(std::string turn_id, std::string tenant = {});
+    // Waits until the turn ends, then answers its final record; nullopt: no such turn (of
+    // `tenant`). With `up_to` (a held request: GET /v1/turns/{tid}?wait=S), the wait also ends
+    // when `up_to` has passed on clock() or when a drain begins, and answers the record as it
+    // stands. Without, it waits until the end or release_waiters(). Cancellation: terminal,
+    // partial and total (throws operation_aborted; the turn goes on).
+    asio::awaitable<std::optional<turn_record>> wait_turn(std::string turn_id, std::string tenant,
+                                                          std::optional<clock::duration> up_to);
+    // Ends every wait_turn at once with the record as it stands (a library's stop, after its drain).
+    void release_waiters();
+    // Waits in progress (held requests and library waits).
+    std::size_t waiting_turns() const;
     asio::awaitable<std::optional<session_view>> get_session(session_ref session);
     asio::awaitable<std::vector<tape_entry>> read_tape(session_ref session, std::int64_t after,
                                                        std::size_t limit);
@@ -141,7 +153,8 @@ public:
     asio::awaitable<std::size_t> recover();
 
     // Stops admitting messages and starting queued turns (they stay stored for the next start);
-    // completes when the running turns have finished or `grace` has passed.
+    // completes when the running turns have finished or `grace` has passed. Held waits
+    // (wait_turn with `up_to`) are answered at once with the record as it stands.
     asio::awaitable<void> drain(std::chrono::milliseconds grace);
     bool draining() const { return draining_.load(); }
     std::size_t running_turns() const { return running_.load(); }

@@ -6,6 +6,9 @@
 #include "src/core/tenant_quotas.hpp"
 #include "src/core/turn_cache.hpp"
 
+#include <baton/detail/async.hpp>
+#include <baton/strand.hpp>
+
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
 #include <boost/asio/cancellation_signal.hpp>
@@ -47,6 +50,17 @@ struct running_turn {
         signal.emit(asio::cancellation_type::terminal);
     }
 };
+
+// A caller of wait_turn: its coroutine runs on `strand`, where the turn's end is handed over.
+struct turn_waiter {
+    turn_waiter(std::shared_ptr<baton::clock> c, asio::any_io_executor s, bool h)
+        : strand(s), timer(std::move(c), s), held(h) {}
+    asio::any_io_executor strand;
+    baton::timer timer;
+    const bool held;                   // bounded (a held request): a drain ends it
+    std::optional<turn_record> record; // the end, set on the strand
+    bool released = false;             // a drain or release_waiters(), set on the strand
+};
 } // namespace
 
 struct runtime::impl {
@@ -66,6 +80,16 @@ struct runtime::impl {
     std::mutex observers_mutex;
     std::vector<std::function<void(const turn_record&)>> observers;
     std::map<std::string, route_check, std::less<>> routes; // written before accept() runs
+    mutable std::mutex waiters_mutex;
+    std::unordered_multimap<std::string, std::shared_ptr<turn_waiter>> waiters;
+
+    // Hands a turn's stored end to its waiters.
+    void hand_over(const turn_record& rec);
+    // Ends the waits (only the held ones when `held_only`) with the record as it stands.
+    void release(bool held_only);
+    void unregister(const std::string& turn_id, const std::shared_ptr<turn_waiter>& w);
+    asio::awaitable<std::optional<turn_record>> wait_here(std::string turn_id, std::string tenant,
+                                                          std::optional<clock::duration> up_to);
 
     std::optional<api_error> check_deliver(const json::value& deliver) const;
 
@@ -541,9 +565,103 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
     }
     hub.open(rec.turn_id, session_of(rec))->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
+    hand_over(rec);
     std::lock_guard lock(observers_mutex);
     for (auto& f : observers)
         f(rec);
+}
+
+void runtime::impl::hand_over(const turn_record& rec) {
+    std::lock_guard lock(waiters_mutex);
+    auto [b, e] = waiters.equal_range(rec.turn_id);
+    for (auto it = b; it != e; ++it)
+        asio::post(it->second->strand, [w = it->second, rec] {
+            w->record = rec;
+            w->timer.cancel();
+        });
+    waiters.erase(b, e);
+}
+
+void runtime::impl::release(bool held_only) {
+    std::lock_guard lock(waiters_mutex);
+    for (auto it = waiters.begin(); it != waiters.end();) {
+        if (held_only && !it->second->held) {
+            ++it;
+            continue;
+        }
+        asio::post(it->second->strand, [w = it->second] {
+            w->released = true;
+            w->timer.cancel();
+        });
+        it = waiters.erase(it);
+    }
+}
+
+void runtime::impl::unregister(const std::string& turn_id, const std::shared_ptr<turn_waiter>& w) {
+    std::lock_guard lock(waiters_mutex);
+    auto [b, e] = waiters.equal_range(turn_id);
+    for (auto it = b; it != e; ++it)
+        if (it->second == w) {
+            waiters.erase(it);
+            return;
+        }
+}
+
+asio::awaitable<std::optional<turn_record>>
+runtime::impl::wait_here(std::string turn_id, std::string tenant, std::optional<clock::duration> up_to) {
+    // Every kind of cancellation ends the wait; looked at below, never thrown by a co_await.
+    co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+    co_await asio::this_coro::throw_if_cancelled(false);
+    auto strand = co_await asio::this_coro::executor;
+    auto w = std::make_shared<turn_waiter>(clk, strand, up_to.has_value());
+    {
+        std::lock_guard lock(waiters_mutex);
+        if (w->held && rt.draining())
+            w->released = true; // answered at once, as the drain answered those before it
+        else
+            waiters.emplace(turn_id, w);
+    }
+    // Registered first, then read: an end between the two is not missed.
+    std::optional<turn_record> rec;
+    try {
+        rec = co_await rt.get_turn(turn_id, tenant);
+    } catch (...) {
+        unregister(turn_id, w);
+        throw;
+    }
+    if (!rec || is_terminal(rec->status) || w->released) {
+        unregister(turn_id, w);
+        co_return rec;
+    }
+    w->timer.expires_at(up_to ? clk->now() + *up_to : clock::time_point::max());
+    for (;;) {
+        auto [ec] = co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (w->record || w->released || !ec) break; // the end, a release, or `up_to` passed
+        if (co_await detail::cancelled()) {
+            unregister(turn_id, w);
+            throw boost::system::system_error(asio::error::operation_aborted);
+        }
+    }
+    unregister(turn_id, w);
+    if (w->record) co_return std::move(w->record);
+    co_return co_await rt.get_turn(std::move(turn_id), std::move(tenant));
+}
+
+asio::awaitable<std::optional<turn_record>> runtime::wait_turn(std::string turn_id, std::string tenant,
+                                                               std::optional<clock::duration> up_to) {
+    // On a strand of its own, where hand_over() and release() post.
+    auto strand = detail::make_thin_strand(impl_->ex);
+    co_return co_await asio::co_spawn(
+        strand, impl_->wait_here(std::move(turn_id), std::move(tenant), up_to), asio::use_awaitable);
+}
+
+void runtime::release_waiters() {
+    impl_->release(false);
+}
+
+std::size_t runtime::waiting_turns() const {
+    std::lock_guard lock(impl_->waiters_mutex);
+    return impl_->waiters.size();
 }
 
 bool runtime::impl::signal_running(const std::string& turn_id, std::string_view tenant) {
@@ -791,6 +909,7 @@ asio::awaitable<std::size_t> runtime::recover() {
 
 asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
     draining_.store(true);
+    impl_->release(true);
     asio::post(impl_->idle_strand, [i = impl_.get()] {
         if (i->idle_wait) i->idle_wait->cancel();
     });

@@ -62,15 +62,6 @@ bool loopback_listen(const std::string& listen) {
 }
 } // namespace
 
-// A caller of async_wait_turn: its coroutine runs on `strand`, where the turn's end is handed over.
-struct turn_waiter {
-    explicit turn_waiter(asio::any_io_executor s) : strand(s), timer(s) {}
-    asio::any_io_executor strand;
-    asio::steady_timer timer;
-    std::optional<turn_record> record; // set on the strand
-    bool abandoned = false;            // the service stopped first
-};
-
 struct service::impl : channel_host {
     impl(asio::any_io_executor e, service_options o) : ex(std::move(e)), opts(std::move(o)) {}
 
@@ -86,9 +77,6 @@ struct service::impl : channel_host {
     std::vector<std::shared_ptr<channel>> channels;
     std::shared_ptr<http_channel> http_ch;
     enum class phase { built, starting, running, stopping, stopped } state = phase::built;
-
-    std::mutex waiters_mutex;
-    std::unordered_multimap<std::string, std::shared_ptr<turn_waiter>> waiters;
 
     // channel_host
     asio::any_io_executor get_executor() const override { return ex; }
@@ -113,26 +101,6 @@ struct service::impl : channel_host {
                 log::error(failed, {{"channel", std::string(c->name())}, {"error", e.what()}});
             }
         }
-    }
-
-    void turn_finished(const turn_record& rec) {
-        std::lock_guard lock(waiters_mutex);
-        auto [b, e] = waiters.equal_range(rec.turn_id);
-        for (auto it = b; it != e; ++it)
-            asio::post(it->second->strand, [w = it->second, rec] {
-                w->record = rec;
-                w->timer.cancel();
-            });
-        waiters.erase(b, e);
-    }
-    void abandon_waiters() {
-        std::lock_guard lock(waiters_mutex);
-        for (auto& [id, w] : waiters)
-            asio::post(w->strand, [w = w] {
-                w->abandoned = true;
-                w->timer.cancel();
-            });
-        waiters.clear();
     }
 };
 
@@ -165,7 +133,6 @@ service::service(asio::any_io_executor ex, service_options opts)
     for (const auto& [name, t] : cfg.tenants)
         ro.tenants[name] = t.limits;
     i.rt = std::make_unique<baton::runtime>(i.ex, *i.fw, ro);
-    i.rt->on_turn_finished([p = impl_.get()](const turn_record& rec) { p->turn_finished(rec); });
     delivery_options delivery_opts;
     delivery_opts.clock = i.rt->clock();
     i.outbox = std::make_unique<delivery>(i.ex, *i.rt, delivery_opts);
@@ -286,7 +253,7 @@ asio::awaitable<outcome<nothing>> service::stop() {
     } catch (const std::exception& e) {
         log::error("stopping delivery failed", {{"error", e.what()}});
     }
-    i.abandon_waiters();
+    i.rt->release_waiters();
     i.state = impl::phase::stopped;
     co_return outcome<nothing>{};
 }
@@ -314,47 +281,22 @@ asio::awaitable<outcome<turn_record>> service::get_turn(std::string turn_id) {
 
 asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     co_await detail::accept_partial_cancellation();
-    // On a strand of its own (async_wait_turn spawns it on new_strand()), where the turn's end
-    // is handed over: turn_finished posts there.
-    auto strand = co_await asio::this_coro::executor;
-    auto w = std::make_shared<turn_waiter>(strand);
-    {
-        std::lock_guard lock(impl_->waiters_mutex);
-        impl_->waiters.emplace(turn_id, w);
-    }
-    auto unregister = [&] {
-        std::lock_guard lock(impl_->waiters_mutex);
-        auto [b, e] = impl_->waiters.equal_range(turn_id);
-        for (auto it = b; it != e; ++it)
-            if (it->second == w) {
-                impl_->waiters.erase(it);
-                break;
-            }
-    };
-    // Registered first, then read: an end between the two is not missed.
     std::optional<turn_record> rec;
     try {
-        rec = co_await impl_->rt->get_turn(turn_id);
+        rec = co_await impl_->rt->wait_turn(std::move(turn_id), {}, std::nullopt);
+    } catch (const boost::system::system_error& e) {
+        if (e.code() == asio::error::operation_aborted)
+            co_return outcome<turn_record>{make_error_code(asio::error::operation_aborted), {}};
+        log::error("store call failed", {{"error", e.what()}});
+        co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
     } catch (const std::exception& e) {
         log::error("store call failed", {{"error", e.what()}});
-        unregister();
         co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
     }
-    if (!rec || is_terminal(rec->status)) {
-        unregister();
-        if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
-        co_return outcome<turn_record>{{}, std::move(*rec)};
-    }
-    while (!w->record && !w->abandoned) {
-        if (co_await detail::cancelled()) {
-            unregister();
-            co_return outcome<turn_record>{make_error_code(asio::error::operation_aborted), {}};
-        }
-        w->timer.expires_at(asio::steady_timer::time_point::max());
-        co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
-    }
-    if (!w->record) co_return outcome<turn_record>{make_error_code(errc::draining), {}};
-    co_return outcome<turn_record>{{}, std::move(*w->record)};
+    if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
+    // Released by stop() before the turn ended.
+    if (!is_terminal(rec->status)) co_return outcome<turn_record>{make_error_code(errc::draining), {}};
+    co_return outcome<turn_record>{{}, std::move(*rec)};
 }
 
 asio::awaitable<outcome<std::vector<tape_entry>>>
