@@ -1,8 +1,9 @@
 // `baton-bench load`: closed-loop load against a running daemon (API.md). C clients, each with
 // its own keep-alive connection, loop: POST a message to session `load-<i mod K>`, wait until the
-// turn is terminal (poll GET /v1/turns/{tid}, or read its SSE events, or use one WebSocket per
-// client), then the next, until N turns in total or S seconds. Reports turns/s, accept latency
-// (POST -> 202), completion latency (POST -> terminal status seen), errors by kind and, with
+// turn is terminal (poll GET /v1/turns/{tid}; or long-poll it with ?wait=30; or POST with
+// ?wait=30 and take its 200; or read its SSE events; or use one WebSocket per client), then the next,
+// until N turns in total or S seconds. Reports turns/s, accept latency (POST -> 202), completion latency
+// (POST -> terminal status seen), errors by kind and, with
 // --pid, the daemon's CPU time per turn and its RSS. Exit 0 without errors, 1 with, 2 on misuse.
 #include "bench/bench.hpp"
 #include "bench/measure.hpp"
@@ -133,6 +134,7 @@ std::string http_error(std::string_view prefix, const http_reply& r) {
 asio::awaitable<std::string> post_message(client& c, const load_settings& s, clock_type::time_point t0,
                                           turn_result& r) {
     std::string target = s.url.path + "/v1/sessions/" + c.session + "/messages";
+    if (s.mode == "sync") target += "?wait=30";
     // Built apart: an initializer list inside a co_await expression trips g++ 12.
     std::string body = json::serialize(json::object{{"text", s.text}});
     auto [ec, reply] = co_await c.http->request(method_post, target, std::move(body), s.timeout);
@@ -140,19 +142,28 @@ asio::awaitable<std::string> post_message(client& c, const load_settings& s, clo
         r.error = "connection: " + ec.message();
         co_return std::string();
     }
-    if (reply.status != 202) {
+    bool finished = s.mode == "sync" && reply.status == 200;
+    if (reply.status != 202 && !finished) {
         r.error = http_error("http_", reply);
         co_return std::string();
     }
     r.accept_ms = ms_since(t0);
     auto tid = json_field(reply.body, "turn_id");
     if (tid.empty()) r.error = "bad_response";
+    if (finished) {
+        // The synchronous answer: the finished record.
+        r.done_ms = r.accept_ms;
+        r.status = json_field(reply.body, "status");
+        co_return std::string();
+    }
     co_return tid;
 }
 
 asio::awaitable<void> wait_poll(client& c, const load_settings& s, const std::string& tid,
                                 clock_type::time_point t0, turn_result& r) {
-    auto p = co_await poll_turn(*c.http, s.url.path, tid, s.timeout);
+    // Long poll (and a synchronous POST that answered 202): each GET is held up to 30 s.
+    bool held = s.mode == "longpoll" || s.mode == "sync";
+    auto p = co_await poll_turn(*c.http, s.url.path, tid, s.timeout, held);
     r.polls = p.polls;
     if (p.ec)
         r.error = "connection: " + p.ec.message();
@@ -332,8 +343,9 @@ load_settings parse_settings(const options& opt) {
     if (s.clients < 1 || s.sessions < 1 || s.turns < 1 || s.seconds < 0 || s.threads < 1 ||
         s.timeout.count() < 1)
         throw std::invalid_argument("--clients, --sessions, --turns, --threads >= 1, --seconds >= 0");
-    if (s.mode != "poll" && s.mode != "sse" && s.mode != "ws")
-        throw std::invalid_argument("--mode: poll, sse or ws");
+    if (s.mode != "poll" && s.mode != "longpoll" && s.mode != "sync" && s.mode != "sse" &&
+        s.mode != "ws")
+        throw std::invalid_argument("--mode: poll, longpoll, sync, sse or ws");
     return s;
 }
 
@@ -433,7 +445,7 @@ int run_load(const options& opt) {
               << " / " << fixed(acc.p99, 2) << " / " << fixed(acc.max, 2) << "\n";
     std::cout << "completion ms p50/p90/p99/max: " << fixed(done.p50, 2) << " / " << fixed(done.p90, 2)
               << " / " << fixed(done.p99, 2) << " / " << fixed(done.max, 2) << "\n";
-    if (s.mode == "poll")
+    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync")
         std::cout << "polls per turn: " << fixed(polls, 2) << " (max " << all.max_polls << ")\n";
     std::cout << "errors: " << errors << "\n";
     for (auto& [k, n] : all.errors)
@@ -460,7 +472,7 @@ int run_load(const options& opt) {
                      {"cpu_us_per_turn", nullptr},
                      {"rss_mb", nullptr},
                      {"rss_now_mb", nullptr}};
-    if (s.mode == "poll") out["polls_per_turn"] = polls;
+    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync") out["polls_per_turn"] = polls;
     if (pid > 0 && daemon0.ok && daemon1.ok) {
         double cpu = turns > 0 ? static_cast<double>(daemon1.cpu_us - daemon0.cpu_us) / turns : 0;
         std::cout << "daemon (pid " << pid << "): " << fixed(cpu) << " cpu us/turn, rss "

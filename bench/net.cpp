@@ -209,12 +209,13 @@ bool terminal_status(std::string_view s) {
 }
 
 asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std::string tid,
-                                     milliseconds timeout) {
+                                     milliseconds timeout, bool held) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     std::string target = prefix + "/v1/turns/" + tid;
+    if (held) target += "?wait=30"; // the daemon answers at the end: no pause between requests
     turn_poll p;
     for (milliseconds delay{0};; delay = std::clamp(delay * 2, milliseconds(1), milliseconds(20))) {
-        if (delay.count() > 0) {
+        if (delay.count() > 0 && !held) {
             timer.expires_after(delay);
             co_await timer.async_wait(use_tuple);
         }

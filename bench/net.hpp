@@ -86,8 +86,10 @@ struct turn_poll {
     std::string status; // the terminal status, or ""
     std::uint32_t polls = 0;
 };
+// Polls GET /v1/turns/{tid} (backing off 1..20 ms) until terminal; `held`: long polls with
+// ?wait=30, one after the other, without a pause.
 asio::awaitable<turn_poll> poll_turn(http_connection& c, std::string prefix, std::string tid,
-                                     milliseconds timeout);
+                                     milliseconds timeout, bool held = false);
 
 // The library's WebSocket client (include/baton/ws_client.hpp).
 using ws_connection = baton::ws_client;

@@ -64,6 +64,14 @@ last=$(tail -1 "$work/load.out")
 turns=$(json_int turns "$last")
 [ "${turns:-0}" -ge 200 ] || fail "load: expected >= 200 turns: $last"
 [ "$(json_int errors "$last")" = 0 ] || fail "load: errors: $last"
+# The held forms: long poll (GET ?wait=) and the synchronous POST (?wait=).
+for mode in longpoll sync; do
+    timeout 60 "$bench" load --url "$url" --turns 100 --clients 8 --mode "$mode" >"$work/load-$mode.out" ||
+        fail "load --mode $mode failed"
+    last=$(tail -1 "$work/load-$mode.out")
+    [ "$(json_int turns "$last")" -ge 100 ] || fail "load --mode $mode: expected >= 100 turns: $last"
+    [ "$(json_int errors "$last")" = 0 ] || fail "load --mode $mode: errors: $last"
+done
 
 kill -TERM "$daemon_pid"
 wait_exit "$daemon_pid" || fail "the daemon exited with $?"
