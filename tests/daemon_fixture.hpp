@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -166,6 +167,14 @@ const std::vector<std::string>& terminal_statuses();
 inline std::string string_at(const json::object& o, std::string_view key) {
     const auto* v = o.if_contains(key);
     return v && v->is_string() ? std::string(v->get_string()) : std::string();
+}
+
+// The member names of an object.
+inline std::set<std::string> keys_of(const json::object& o) {
+    std::set<std::string> keys;
+    for (const auto& kv : o)
+        keys.emplace(kv.key());
+    return keys;
 }
 
 // An integer member, or -1 when it is absent or not an integer.

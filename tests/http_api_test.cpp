@@ -13,13 +13,6 @@ using namespace baton::test;
 
 namespace {
 
-std::set<std::string> keys_of(const json::object& o) {
-    std::set<std::string> keys;
-    for (const auto& kv : o)
-        keys.emplace(kv.key());
-    return keys;
-}
-
 std::set<std::string> allow_set(const http_response& r) {
     std::set<std::string> out;
     std::string allow = r.header("Allow").value_or("");

@@ -12,13 +12,6 @@ using namespace baton::test;
 
 namespace {
 
-std::set<std::string> keys_of(const json::object& o) {
-    std::set<std::string> keys;
-    for (const auto& kv : o)
-        keys.emplace(kv.key());
-    return keys;
-}
-
 const std::set<std::string> record_fields{"turn_id",    "session_id", "agent",      "status",
                                           "reply",      "steps",      "usage",      "error",
                                           "created_at", "started_at", "finished_at"};

@@ -1,9 +1,12 @@
 // baton::service as an embedder uses it (<baton/service.hpp>, <baton/channel.hpp>): every kind of
 // completion token, cancellation of a wait, the error codes with their diagnostics,
 // subscriptions, and a channel of the test's own through its whole life, cursors included.
+#include <baton/detail/async.hpp>
 #include <baton/service.hpp>
+#include <baton/strand.hpp>
 
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/co_spawn.hpp>
 #include <boost/asio/deferred.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -11,9 +14,11 @@
 #include <boost/asio/use_future.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <future>
 #include <thread>
+#include <vector>
 
 using namespace baton;
 namespace asio = boost::asio;
@@ -126,9 +131,9 @@ BOOST_FIXTURE_TEST_CASE(a_cancelled_wait_ends_while_the_turn_goes_on, service_fi
 
     asio::cancellation_signal cancel;
     std::promise<error_code> first;
-    svc.async_wait_turn(a.turn_id, asio::bind_cancellation_slot(cancel.slot(), [&](error_code ec, turn_record) {
-                            first.set_value(ec);
-                        }));
+    svc.async_wait_turn(a.turn_id,
+                        asio::bind_cancellation_slot(
+                            cancel.slot(), [&](error_code ec, turn_record) { first.set_value(ec); }));
     // Both on the service's thread: the wait has begun before it is cancelled.
     asio::post(io, [&] { asio::post(io, [&] { cancel.emit(asio::cancellation_type::terminal); }); });
     auto ff = first.get_future();
@@ -195,7 +200,8 @@ BOOST_FIXTURE_TEST_CASE(failures_come_as_baton_errc_with_diagnostics, service_fi
     BOOST_TEST(get(lf) == make_error_code(errc::turn_not_running));
 
     std::promise<error_code> bad_limit;
-    svc.async_read_tape("s1", 0, 0, [&](error_code ec, std::vector<tape_entry>) { bad_limit.set_value(ec); });
+    svc.async_read_tape("s1", 0, 0,
+                        [&](error_code ec, std::vector<tape_entry>) { bad_limit.set_value(ec); });
     auto bf = bad_limit.get_future();
     BOOST_TEST(get(bf) == make_error_code(errc::invalid_request));
 
@@ -206,7 +212,8 @@ BOOST_FIXTURE_TEST_CASE(failures_come_as_baton_errc_with_diagnostics, service_fi
     BOOST_TEST(second.replayed);
     BOOST_TEST(second.turn_id == first.turn_id);
     std::promise<error_code> reused;
-    svc.async_submit(message("s2", "other", "key-1"), [&](error_code ec, accepted) { reused.set_value(ec); });
+    svc.async_submit(message("s2", "other", "key-1"),
+                     [&](error_code ec, accepted) { reused.set_value(ec); });
     auto uf = reused.get_future();
     BOOST_TEST(get(uf) == make_error_code(errc::idempotency_key_reused));
     auto stopped = svc.async_stop(asio::use_future);
@@ -260,9 +267,8 @@ BOOST_FIXTURE_TEST_CASE(subscriptions_hand_over_a_sessions_and_a_turns_events, s
     // A wait for the next event ends with operation_aborted when cancelled; close() ends it.
     asio::cancellation_signal cancel;
     std::promise<error_code> aborted;
-    session.async_next(asio::bind_cancellation_slot(cancel.slot(), [&](error_code e, service_event) {
-        aborted.set_value(e);
-    }));
+    session.async_next(asio::bind_cancellation_slot(
+        cancel.slot(), [&](error_code e, service_event) { aborted.set_value(e); }));
     asio::post(io, [&] { asio::post(io, [&] { cancel.emit(asio::cancellation_type::partial); }); });
     auto abf = aborted.get_future();
     BOOST_TEST(get(abf) == asio::error::operation_aborted);
@@ -392,8 +398,8 @@ BOOST_FIXTURE_TEST_CASE(a_failed_start_is_stopped_as_far_as_it_went, service_fix
         if (fail == "attach")
             want = {"a.attach", "b.attach", "a.close"};
         else
-            want = {"a.attach", "b.attach", "c.attach", "a.start", "b.start", "a.stop", "a.close", "b.close",
-                    "c.close"};
+            want = {"a.attach", "b.attach", "c.attach", "a.start", "b.start",
+                    "a.stop",   "a.close",  "b.close",  "c.close"};
         BOOST_TEST(log == want, boost::test_tools::per_element());
     }
 }
@@ -425,6 +431,34 @@ BOOST_FIXTURE_TEST_CASE(runtime_accept_is_a_result, service_fixture) {
     BOOST_TEST(r2.value().turn_id == r2->turn_id);
     auto stopped = svc.async_stop(asio::use_future);
     get(stopped);
+}
+
+// A cancellation that races the end of an operation run on another strand (the wait's, the HTTP
+// client's): Boost 1.81's co_spawn forwarding used a signal freed by then. Two threads, many
+// rounds; ASan and TSan catch a use after free, and every operation must still complete once.
+BOOST_AUTO_TEST_CASE(cancellation_racing_the_end_is_dropped) {
+    constexpr int rounds = 3000;
+    asio::io_context io{2};
+    std::vector<std::unique_ptr<asio::cancellation_signal>> signals;
+    std::atomic<int> completed{0};
+    for (int i = 0; i < rounds; ++i) {
+        auto a = detail::make_thin_strand(io.get_executor());
+        auto b = detail::make_thin_strand(io.get_executor());
+        auto& sig = *signals.emplace_back(std::make_unique<asio::cancellation_signal>());
+        auto child = []() -> asio::awaitable<int> { co_return 1; };
+        auto parent = [](asio::any_io_executor on, asio::awaitable<int> op) -> asio::awaitable<int> {
+            co_return co_await detail::run_on(std::move(on), std::move(op));
+        };
+        asio::co_spawn(a, parent(b, child()),
+                       asio::bind_cancellation_slot(sig.slot(), [&completed](std::exception_ptr, int) {
+                           completed.fetch_add(1);
+                       }));
+        asio::post(a, [&sig] { sig.emit(asio::cancellation_type::terminal); });
+    }
+    std::thread other([&] { io.run(); });
+    io.run();
+    other.join();
+    BOOST_TEST(completed.load() == rounds);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

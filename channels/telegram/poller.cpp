@@ -1,6 +1,7 @@
 #include "channels/telegram/bot_api.hpp"
 #include "channels/telegram/channel.hpp"
 #include "channels/telegram/inbox.hpp"
+#include <baton/detail/async.hpp>
 
 #include <baton/log.hpp>
 
@@ -127,7 +128,7 @@ void poller::start() {
 }
 
 asio::awaitable<void> poller::stop() {
-    co_await asio::co_spawn(impl_->strand, impl_->halt(), asio::use_awaitable);
+    co_await baton::detail::run_on(impl_->strand, impl_->halt());
 }
 
 void poller::impl::launch() {

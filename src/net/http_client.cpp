@@ -1,4 +1,5 @@
 // The library's only HTTP client translation unit: Beast's client side and Asio's TLS live here.
+#include <baton/detail/async.hpp>
 #include <baton/http_client.hpp>
 
 #include <baton/strand.hpp>
@@ -26,7 +27,6 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
-
 
 namespace baton {
 
@@ -411,9 +411,8 @@ http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::stri
         auto strand = reused ? conn->strand : detail::make_thin_strand(self->ex);
         attempt_result r;
         try {
-            r = co_await asio::co_spawn(
-                strand, attempt(self, *t, req, deadline, std::move(conn), strand, on_head, on_body),
-                asio::use_awaitable);
+            r = co_await detail::run_on(
+                strand, attempt(self, *t, req, deadline, std::move(conn), strand, on_head, on_body));
         } catch (const boost::system::system_error& e) {
             // Cancelled before the attempt could start.
             if (e.code() != asio::error::operation_aborted) throw;
@@ -439,8 +438,8 @@ http_client::~http_client() {
 asio::awaitable<std::pair<error_code, http_response>>
 http_client::request(std::string method, std::string url, http_headers headers, std::string body,
                      std::chrono::milliseconds timeout) {
-    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
-                     {}, timeout, nullptr, nullptr);
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body), {},
+                     timeout, nullptr, nullptr);
 }
 
 asio::awaitable<std::pair<error_code, http_response>>
@@ -454,8 +453,8 @@ asio::awaitable<std::pair<error_code, http_response>>
 http_client::stream(std::string method, std::string url, http_headers headers, std::string body,
                     std::chrono::milliseconds timeout, std::function<void(const http_response&)> on_head,
                     std::function<void(std::string_view)> on_body) {
-    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body),
-                     {}, timeout, std::move(on_head), std::move(on_body));
+    return impl::run(impl_, std::move(method), std::move(url), std::move(headers), std::move(body), {},
+                     timeout, std::move(on_head), std::move(on_body));
 }
 
 asio::awaitable<std::pair<error_code, http_response>>
