@@ -77,6 +77,17 @@ asio::awaitable<tool_result> run_one(turn_context& ctx, const tool_call& call) {
 
 asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
                                                     const std::vector<tool_call>& calls) {
+    // A turn that calls a tool is not run again after a crash: the store hears it first.
+    if (!calls.empty() && ctx.inbound.progress && ctx.inbound.progress->deferred &&
+        !ctx.inbound.progress->side_effects) {
+        auto mark = [id = ctx.inbound.turn_id, folded = ctx.inbound.progress->folded](store& s) {
+            s.mark_side_effects(id);
+            for (const auto& f : folded)
+                s.mark_side_effects(f);
+        };
+        co_await ctx.framework->db().run(std::move(mark));
+        ctx.inbound.progress->side_effects = true;
+    }
     std::vector<tool_result> results(calls.size());
     auto width =
         static_cast<std::size_t>(std::max<std::int64_t>(1, ctx.agent->config.limits.max_parallel_tools));

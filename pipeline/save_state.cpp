@@ -18,12 +18,12 @@ std::shared_ptr<context_window> reclaim(turn_context& ctx) {
 }
 
 // Tells the runtime when the session's window is big enough to compact while it is idle.
-void report_idle_due(turn_context& ctx, const context_window& w) {
-    const auto& cfg = ctx.agent->config;
-    if (!ctx.framework || !ctx.framework->on_compaction_due || cfg.context.idle_compaction_after.count() <= 0)
-        return;
+void report_idle_due(const agent& ag, framework* fw, const session_ref& session,
+                     const context_window& w) {
+    const auto& cfg = ag.config;
+    if (!fw || !fw->on_compaction_due || cfg.context.idle_compaction_after.count() <= 0) return;
     if (estimate_with(w, w.tool_tokens) < budget_of(cfg).at(1)) return;
-    ctx.framework->on_compaction_due(ctx.session(), cfg.name, cfg.context.idle_compaction_after);
+    fw->on_compaction_due(session, cfg.name, cfg.context.idle_compaction_after);
 }
 
 asio::awaitable<std::vector<tape_entry>> store_entries(store_runner& db, state_update u) {
@@ -44,6 +44,25 @@ asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_co
     u.turn_id = ctx.inbound.turn_id;
     u.entries = std::move(ctx.new_entries);
     u.state = ctx.session_state;
+    if (ctx.inbound.progress && ctx.inbound.progress->deferred) {
+        // Written with the turn's end, in its transaction; the window goes back to the cache once
+        // the entries have their ids.
+        auto& p = *ctx.inbound.progress;
+        p.end.state = std::move(u);
+        p.after_end.push_back([&cache, key, w = std::move(w), ag = ctx.agent, fw = ctx.framework,
+                               session = ctx.session()](bool stored, const turn_end& end,
+                                                        const std::vector<outbox_item>&) mutable {
+            if (!stored || !w || !end.state) {
+                cache.erase(key);
+                return;
+            }
+            auto kept = w;
+            const auto& st = end.state->state;
+            cache.give_back(key, std::move(w), end.state->entries, st ? &*st : nullptr);
+            report_idle_due(*ag, fw, session, *kept);
+        });
+        co_return;
+    }
     try {
         // The stored entries come back with their ids, for whoever reads the context after us.
         ctx.new_entries = co_await store_entries(db, std::move(u));
@@ -58,7 +77,7 @@ asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_co
     }
     auto kept = w;
     cache.give_back(key, std::move(w), ctx.new_entries, &ctx.session_state);
-    report_idle_due(ctx, *kept);
+    report_idle_due(*ctx.agent, ctx.framework, ctx.session(), *kept);
 }
 
 asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,

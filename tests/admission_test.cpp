@@ -1,13 +1,16 @@
 // Admission through the embedded runtime: one turn at a time per session in accept order,
 // sessions in parallel, bounded queues and the reject mode.
+#include "tests/delegating_store.hpp"
 #include "tests/test_util.hpp"
 
 #include <baton/pipeline.hpp>
 #include <baton/runtime.hpp>
 
+#include <boost/asio/detached.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -264,11 +267,38 @@ BOOST_AUTO_TEST_CASE(reject_mode_answers_session_busy) {
     BOOST_REQUIRE(f.wait_finished(2));
 }
 
-BOOST_AUTO_TEST_CASE(queued_turns_survive_a_restart_and_run_in_order) {
-    auto dir = std::filesystem::temp_directory_path() / ("baton-recover-" + make_turn_id());
-    std::filesystem::create_directories(dir);
+namespace {
+// A runtime on one io_context over `st` with the echo agent; `done` collects the finished turns.
+struct echo_runtime {
+    explicit echo_runtime(std::shared_ptr<store> s) : st(std::move(s)) {
+        agent a;
+        a.model = make_echo_model();
+        fw.add_agent(a);
+        rt.on_turn_finished([this](const turn_record& r) { done.push_back(r); });
+    }
+    ~echo_runtime() { db.stop(); }
+    // Runs the io_context until `n` turns have finished (bounded).
+    bool run_until(std::size_t n) {
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        ctx.restart();
+        while (done.size() < n && std::chrono::steady_clock::now() < deadline)
+            ctx.run_one_for(10ms);
+        ctx.restart();
+        ctx.poll();
+        return done.size() == n;
+    }
+    asio::io_context ctx;
+    std::shared_ptr<store> st;
+    store_runner db{st};
+    framework fw{db, make_default_plugin(db)};
+    runtime rt{ctx.get_executor(), fw};
+    std::vector<turn_record> done;
+};
+
+// An earlier process stored three messages of session "rec" and was mid-run on the first, with or
+// without side effects begun; a new one recovers them. The turns that end, in order.
+std::vector<turn_record> recover_three(const std::filesystem::path& dir, bool side_effects) {
     {
-        // An earlier process stored three messages and was mid-run on one of them.
         auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
         for (int i = 0; i < 3; ++i) {
             turn_record t;
@@ -278,35 +308,120 @@ BOOST_AUTO_TEST_CASE(queued_turns_survive_a_restart_and_run_in_order) {
             t.input.text = "r" + std::to_string(i);
             st->insert_turn(t, {});
             if (i == 0) st->mark_running(t.turn_id, now_ms());
+            if (i == 0 && side_effects) st->mark_side_effects(t.turn_id);
         }
     }
-    {
-        asio::io_context ctx;
-        auto st = std::shared_ptr<store>(make_sqlite_store({(dir / "baton.db").string(), "normal"}));
-        store_runner db(st);
-        framework fw{db, make_default_plugin(db)};
-        agent a;
-        a.model = make_echo_model();
-        fw.add_agent(a);
-        runtime rt(ctx.get_executor(), fw);
-        std::vector<turn_record> done;
-        rt.on_turn_finished([&](const turn_record& r) { done.push_back(r); });
-        auto n = run_bounded(ctx, rt.recover());
-        BOOST_TEST(n == 3u);
-        auto deadline = std::chrono::steady_clock::now() + 10s;
-        ctx.restart();
-        while (done.size() < 2 && std::chrono::steady_clock::now() < deadline)
-            ctx.run_one_for(10ms);
-        BOOST_REQUIRE_EQUAL(done.size(), 2u);
-        BOOST_TEST(*done[0].reply == "echo: r1");
-        BOOST_TEST(*done[1].reply == "echo: r2");
-        auto all = st->unfinished_turns();
-        BOOST_TEST(all.empty());
-        db.stop();
-    }
+    echo_runtime r(std::shared_ptr<store>(make_sqlite_store({(dir / "baton.db").string(), "normal"})));
+    auto n = run_bounded(r.ctx, r.rt.recover());
+    BOOST_TEST(n == 3u);
+    r.run_until(side_effects ? 2u : 3u);
+    BOOST_TEST(r.st->unfinished_turns().empty());
+    return r.done;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(a_turn_cut_off_before_side_effects_runs_again_first) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-recover-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    auto done = recover_three(dir, false);
+    BOOST_REQUIRE_EQUAL(done.size(), 3u);
+    BOOST_TEST(*done[0].reply == "echo: r0");
+    BOOST_TEST(done[0].attempt == 2);
+    BOOST_TEST(*done[1].reply == "echo: r1");
+    BOOST_TEST(done[1].attempt == 1);
+    BOOST_TEST(*done[2].reply == "echo: r2");
     auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
-    auto first = st->read_tape("rec", 0, 10);
-    BOOST_TEST(first.size() == 4u);
+    BOOST_TEST(st->read_tape("rec", 0, 10).size() == 6u);
+    BOOST_TEST(st->get_turn(done[0].turn_id)->attempt == 2);
+    std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_turn_cut_off_after_a_tool_call_began_is_abandoned) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-recover-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    auto done = recover_three(dir, true);
+    BOOST_REQUIRE_EQUAL(done.size(), 2u);
+    BOOST_TEST(*done[0].reply == "echo: r1");
+    BOOST_TEST(*done[1].reply == "echo: r2");
+    auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
+    BOOST_TEST(st->read_tape("rec", 0, 10).size() == 4u);
+    std::filesystem::remove_all(dir);
+}
+
+namespace {
+// SQLite underneath, counting the calls that write.
+class counting_store final : public test::delegating_store {
+public:
+    explicit counting_store(const std::filesystem::path& file) {
+        inner = make_sqlite_store({file.string(), "normal"});
+    }
+    insert_result insert_turn(const turn_record& t, const idempotency& i) override {
+        ++writes;
+        return inner->insert_turn(t, i);
+    }
+    void mark_running(const std::string& id, time_ms at) override {
+        ++writes;
+        inner->mark_running(id, at);
+    }
+    void mark_side_effects(const std::string& id) override {
+        ++writes;
+        inner->mark_side_effects(id);
+    }
+    void save_state(state_update& u) override {
+        ++writes;
+        inner->save_state(u);
+    }
+    void finish_turn(const turn_record& t) override {
+        ++writes;
+        inner->finish_turn(t);
+    }
+    bool add_outbox(const outbox_item& o) override {
+        ++writes;
+        return inner->add_outbox(o);
+    }
+    std::vector<outbox_item> end_turn(turn_end& e) override {
+        ++writes;
+        return inner->end_turn(e);
+    }
+    std::atomic<int> writes{0};
+};
+} // namespace
+
+// The lean turn: a message to an idle session costs two store calls, its accept and its end
+// (tape, state and final record in one transaction); one queued behind another, a third (its start).
+BOOST_AUTO_TEST_CASE(a_turn_is_two_store_calls) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-lean-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    {
+        auto counting = std::make_shared<counting_store>(dir / "baton.db");
+        echo_runtime r{std::shared_ptr<store>(counting)};
+        auto accept = [&](std::string text) {
+            accept_request req;
+            req.session_id = "lean";
+            req.text = std::move(text);
+            asio::co_spawn(r.ctx, r.rt.accept(std::move(req)), asio::detached);
+        };
+        accept("one");
+        BOOST_TEST_REQUIRE(r.run_until(1));
+        BOOST_TEST(counting->writes.load() == 2);
+        BOOST_TEST(r.done[0].attempt == 1);
+        // Two at once: the second waits behind the first and writes its start.
+        counting->writes = 0;
+        accept("two");
+        accept("three");
+        BOOST_TEST_REQUIRE(r.run_until(3));
+        BOOST_TEST(counting->writes.load() == 5);
+        auto& st = r.st;
+        auto& done = r.done;
+        auto tape = st->read_tape("lean", 0, 100);
+        BOOST_TEST(tape.size() == 6u);
+        for (const auto& t : done) {
+            auto stored = st->get_turn(t.turn_id);
+            BOOST_TEST_REQUIRE(stored.has_value());
+            BOOST_TEST(to_string(stored->status) == "completed");
+            BOOST_TEST(stored->attempt == 1);
+        }
+    }
     std::filesystem::remove_all(dir);
 }
 

@@ -167,29 +167,82 @@ BOOST_AUTO_TEST_CASE(sigkill_at_random_points_loses_no_message_and_no_reply) {
     BOOST_TEST(integrity_of(db) == "ok");
 }
 
-// A turn the daemon died under ends `failed` with error.code "abandoned"; the messages queued
-// behind it run after the restart, in accept order.
-BOOST_AUTO_TEST_CASE(a_turn_mid_run_is_abandoned_and_the_queue_behind_it_runs_in_order) {
+namespace {
+// The assistant messages on a session's tape (GET /v1/sessions/{sid}/tape).
+std::vector<std::string> assistant_texts(model_daemon& d, const std::string& sid) {
+    auto r = d.request("GET", "/v1/sessions/" + sid + "/tape?limit=100");
+    BOOST_TEST_REQUIRE(r.status == 200, r.body);
+    std::vector<std::string> out;
+    auto body = json::parse(r.body);
+    for (const auto& e : body.at("entries").as_array()) {
+        const auto& p = e.at("payload").as_object();
+        if (p.contains("role") && p.at("role") == "assistant")
+            out.push_back(std::string(p.at("text").as_string()));
+    }
+    return out;
+}
+} // namespace
+
+// A turn the daemon died under in its model call had begun no side effect: it runs again from its
+// stored message at the next start (attempt 2) and answers once; the messages queued behind it
+// run after it, in accept order.
+BOOST_AUTO_TEST_CASE(a_turn_cut_off_in_its_model_call_runs_again_and_answers_once) {
     model_daemon d;
     auto slow = fake_reply::completion("never seen");
     slow.delay = 5s;
     d.model.push(slow);
     auto first = d.post("first", "recover-1");
     d.wait_for_turn(first, {"running"});
+    BOOST_TEST(int_at(d.wait_for_turn(first, {"running"}), "attempt") == 1);
     auto second = d.post("second", "recover-1");
     auto third = d.post("third", "recover-1");
     BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("answer one"));
     d.model.push(fake_reply::completion("answer two"));
     d.model.push(fake_reply::completion("answer three"));
     d.start({"--config", (d.dir.root / "baton.json").string()});
     auto rec = d.wait_for_turn(first);
-    BOOST_TEST(string_at(rec, "status") == "failed");
-    BOOST_TEST(string_at(rec.at("error").as_object(), "code") == "abandoned");
+    BOOST_TEST(string_at(rec, "status") == "completed");
+    BOOST_TEST(string_at(rec, "reply") == "answer one");
+    BOOST_TEST(int_at(rec, "attempt") == 2);
     BOOST_TEST(string_at(d.wait_for_turn(second), "reply") == "answer two");
+    BOOST_TEST(int_at(d.wait_for_turn(second), "attempt") == 1);
     BOOST_TEST(string_at(d.wait_for_turn(third), "reply") == "answer three");
     auto started2 = string_at(d.wait_for_turn(second), "finished_at");
     auto started3 = string_at(d.wait_for_turn(third), "started_at");
     BOOST_TEST(started2 <= started3);
+    // One reply each: the cut-off run left nothing on the tape.
+    std::vector<std::string> want{"answer one", "answer two", "answer three"};
+    BOOST_TEST(assistant_texts(d, "recover-1") == want, boost::test_tools::per_element());
+}
+
+// A turn the daemon died under in a tool call had begun a side effect: it ends `failed` with
+// error.code "abandoned", and the tool is not called again.
+BOOST_AUTO_TEST_CASE(a_turn_cut_off_in_a_tool_call_is_abandoned) {
+    fake_openai tool_server;
+    json::object tools{{"slow_tool",
+                        {{"kind", "http"},
+                         {"url", "http://127.0.0.1:" + std::to_string(tool_server.port()) + "/slow"},
+                         {"description", "takes its time"},
+                         {"timeout_ms", 30000},
+                         {"parameters", {{"type", "object"}, {"properties", json::object{}}}}}}};
+    model_daemon d(json::object{}, false, tools);
+    tool_server.push(fake_reply::completion("late").after(30s));
+    d.model.push(fake_reply::completion("", {{"c1", "slow_tool", "{}"}}, "tool_calls"));
+    auto tid = d.post("do the slow thing", "recover-tool");
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (tool_server.requests().empty() && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(10ms);
+    BOOST_TEST_REQUIRE(tool_server.requests().size() == 1u, "the tool was never called");
+    BOOST_TEST(d.crash() == 128 + SIGKILL);
+    d.model.push(fake_reply::completion("never asked"));
+    d.start({"--config", (d.dir.root / "baton.json").string()});
+    auto rec = d.wait_for_turn(tid);
+    BOOST_TEST(string_at(rec, "status") == "failed");
+    BOOST_TEST(string_at(rec.at("error").as_object(), "code") == "abandoned");
+    BOOST_TEST(int_at(rec, "attempt") == 1);
+    BOOST_TEST(tool_server.requests().size() == 1u);
+    BOOST_TEST(d.model.requests().size() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(an_agent_with_on_abandoned_rerun_runs_the_turn_again) {
@@ -226,15 +279,15 @@ void wait_for_requests(model_daemon& d, std::size_t n) {
 void check_abandoned(model_daemon& d, const std::string& tid, const std::string& what) {
     auto rec = d.wait_for_turn(tid);
     BOOST_TEST(string_at(rec, "status") == "failed", what << " ended " << string_at(rec, "status"));
-    BOOST_TEST((rec.at("error").is_object() &&
-                string_at(rec.at("error").as_object(), "code") == "abandoned"),
-               what << ": " << json::serialize(rec));
+    BOOST_TEST(
+        (rec.at("error").is_object() && string_at(rec.at("error").as_object(), "code") == "abandoned"),
+        what << ": " << json::serialize(rec));
 }
 } // namespace
 
-// Messages answered by another turn run with it: a crash ends them with it (`abandoned`), it
-// does not run them again as turns of their own (their text is already in the carrier's turn).
-BOOST_AUTO_TEST_CASE(messages_collected_into_a_turn_end_with_it_after_a_crash) {
+// Messages answered by another turn run with it. A crash in its model call runs the turn again,
+// and it collects them again: each is answered once, by the rerun.
+BOOST_AUTO_TEST_CASE(messages_collected_into_a_turn_run_again_with_it_after_a_crash) {
     model_daemon d({}, false, {}, folding("collect"));
     d.model.push(fake_reply::completion("first answer").after(600ms));
     d.model.push(fake_reply::completion("never seen").after(30s));
@@ -246,13 +299,19 @@ BOOST_AUTO_TEST_CASE(messages_collected_into_a_turn_end_with_it_after_a_crash) {
     wait_for_requests(d, 2); // the turn of `second`, carrying `third`, is asking the model
     BOOST_TEST(d.crash() == 128 + SIGKILL);
     d.model.push(fake_reply::completion("a second answer"));
-    d.model.push(fake_reply::completion("a third answer"));
+    d.model.push(fake_reply::completion("unexpected"));
     d.start({"--config", (d.dir.root / "baton.json").string()});
-    check_abandoned(d, second, "the carrier");
-    check_abandoned(d, third, "the collected message");
-    BOOST_TEST(d.model.requests().size() == 2u);
+    auto carrier = d.wait_for_turn(second);
+    BOOST_TEST(string_at(carrier, "reply") == "a second answer");
+    BOOST_TEST(int_at(carrier, "attempt") == 2);
+    BOOST_TEST(string_at(d.wait_for_turn(third), "reply") == "a second answer");
+    BOOST_TEST(d.model.requests().size() == 3u);
+    auto last = d.model.requests().at(2).body.at("messages").as_array();
+    BOOST_TEST(last.back().at("content") == "third");
 }
 
+// A message steered into a turn that had called a tool shares its side effects: both end
+// `abandoned` after a crash.
 BOOST_AUTO_TEST_CASE(a_steered_message_ends_with_its_turn_after_a_crash) {
     model_daemon d({}, false, {}, folding("steer"));
     // Step 1 asks for the clock (slowly); the steered message joins before step 2, which hangs.

@@ -15,6 +15,7 @@ public:
         return inner->insert_turn(t, i);
     }
     void mark_running(const std::string& id, time_ms at) override { inner->mark_running(id, at); }
+    void mark_side_effects(const std::string& id) override { inner->mark_side_effects(id); }
     void save_state(state_update& u) override { inner->save_state(u); }
     void finish_turn(const turn_record& t) override { inner->finish_turn(t); }
     std::optional<turn_record> get_turn(const std::string& id) override { return inner->get_turn(id); }
@@ -31,7 +32,9 @@ public:
     bool add_outbox(const outbox_item& o) override { return inner->add_outbox(o); }
     bool update_outbox(const outbox_item& o) override { return inner->update_outbox(o); }
     std::optional<outbox_item> get_outbox(const std::string& k) override { return inner->get_outbox(k); }
-    std::vector<outbox_item> list_outbox(const outbox_filter& f) override { return inner->list_outbox(f); }
+    std::vector<outbox_item> list_outbox(const outbox_filter& f) override {
+        return inner->list_outbox(f);
+    }
     outbox_counts count_outbox() override { return inner->count_outbox(); }
     std::vector<usage_row> usage_by_day(const std::string& t, time_ms from) override {
         return inner->usage_by_day(t, from);

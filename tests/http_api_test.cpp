@@ -49,9 +49,9 @@ BOOST_FIXTURE_TEST_CASE(posted_message_completes_with_the_echo_reply, daemon_fix
     BOOST_TEST(r.header("Location").value_or("") == "/v1/turns/" + tid);
 
     auto rec = wait_for_turn(tid, {"completed"});
-    const std::set<std::string> fields{"turn_id",    "session_id", "agent",      "status",
-                                       "reply",      "steps",      "usage",      "error",
-                                       "created_at", "started_at", "finished_at"};
+    const std::set<std::string> fields{"turn_id", "session_id", "agent",      "status",
+                                       "reply",   "steps",      "attempt",    "usage",
+                                       "error",   "created_at", "started_at", "finished_at"};
     BOOST_TEST(keys_of(rec) == fields);
     BOOST_TEST(string_at(rec, "turn_id") == tid);
     BOOST_TEST(string_at(rec, "session_id") == "s1");

@@ -12,9 +12,9 @@ using namespace baton::test;
 
 namespace {
 
-const std::set<std::string> record_fields{"turn_id",    "session_id", "agent",      "status",
-                                          "reply",      "steps",      "usage",      "error",
-                                          "created_at", "started_at", "finished_at"};
+const std::set<std::string> record_fields{"turn_id", "session_id", "agent",      "status",
+                                          "reply",   "steps",      "attempt",    "usage",
+                                          "error",   "created_at", "started_at", "finished_at"};
 
 // The model's answers come up to 4 s late: its timeout is longer.
 const json::object patient{{"model", {{"timeout_ms", 10000}}}};

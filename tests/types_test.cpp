@@ -54,8 +54,7 @@ BOOST_AUTO_TEST_CASE(outbox_keys_are_derived_and_distinct) {
     BOOST_TEST(k != outbox_key("s1", "t_1", "webhook", "s1", 0));
     // Parts are delimited: moving a character from one part to the next gives another key.
     BOOST_TEST(outbox_key("a:b", "c", "ws", "", 0) != outbox_key("a", "b:c", "ws", "", 0));
-    BOOST_TEST(sha256_hex("abc") ==
-               "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    BOOST_TEST(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 BOOST_AUTO_TEST_CASE(json_text_parses_back_to_the_same_value) {
@@ -73,11 +72,13 @@ BOOST_AUTO_TEST_CASE(json_text_parses_back_to_the_same_value) {
             BOOST_TEST_REQUIRE(json::parse(text) == json::value(json::string(s)));
         }
     }
-    json::value v = json::parse(R"({"role":"user","text":"hello \"there\"\n","n":-42,"u":18446744073709551615,
+    json::value v =
+        json::parse(R"({"role":"user","text":"hello \"there\"\n","n":-42,"u":18446744073709551615,
         "d":1.5,"e":-0.0,"big":1e300,"t":true,"f":false,"z":null,"a":[1,[2,{"k":"v"}],[]],"o":{}})");
     BOOST_TEST(json::parse(json_text(v)) == v);
     BOOST_TEST(json::parse(json_text(v.get_object())) == v);
-    BOOST_TEST(json_text(json::parse(R"({"a":[1,true,null],"b":"x"})")) == R"({"a":[1,true,null],"b":"x"})");
+    BOOST_TEST(json_text(json::parse(R"({"a":[1,true,null],"b":"x"})")) ==
+               R"({"a":[1,true,null],"b":"x"})");
     // Random texts of plain, escaped and multi-byte characters.
     std::mt19937 rng(7);
     const std::string alphabet = std::string("abc \"\\/\n\x01\x1f\x7f") + "\xc3\xa9";
@@ -128,6 +129,7 @@ BOOST_AUTO_TEST_CASE(turn_json_is_the_turn_record_of_the_api) {
         o["status"] = to_string(t.status);
         o["reply"] = t.reply ? json::value(*t.reply) : json::value(nullptr);
         o["steps"] = t.steps;
+        o["attempt"] = t.attempt;
         o["usage"] = {{"prompt_tokens", t.usage.prompt_tokens},
                       {"completion_tokens", t.usage.completion_tokens}};
         o["error"] = t.error ? json::value{{"code", t.error->code}, {"message", t.error->message}}
@@ -147,6 +149,7 @@ BOOST_AUTO_TEST_CASE(turn_json_is_the_turn_record_of_the_api) {
     done.status = turn_status::completed;
     done.reply = std::string("r\xc3\xa9ply \x01 with \\ and a long tail ") + std::string(300, 'x');
     done.steps = 3;
+    done.attempt = 2;
     done.usage = {9223372036854775807LL, -1};
     done.started_at = 1764547200456;
     done.finished_at = 1764547201789;

@@ -20,12 +20,13 @@ std::string reply_frame(const outbox_item& item) {
 }
 
 std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
-    return json::serialize(json::object{
-        {"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
+    return json::serialize(
+        json::object{{"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
 }
 
 std::string error_frame(std::string_view id, const api_error& e) {
-    json::object f{{"type", "error"}, {"id", frame_id(id)}, {"code", code_name(e.code)}, {"message", e.message}};
+    json::object f{
+        {"type", "error"}, {"id", frame_id(id)}, {"code", code_name(e.code)}, {"message", e.message}};
     if (e.retry_after_s > 0) f["retry_after"] = e.retry_after_s;
     return json::serialize(f);
 }
@@ -42,7 +43,9 @@ channel::~channel() {
 plugin channel::make_plugin() {
     plugin p;
     p.name = "ws";
-    p.dispatch_outbound = [this](turn_context& ctx, const outbound& item) { return dispatch(ctx, item); };
+    p.dispatch_outbound = [this](turn_context& ctx, const outbound& item) {
+        return dispatch(ctx, item);
+    };
     return p;
 }
 
@@ -59,8 +62,12 @@ asio::awaitable<bool> channel::dispatch(turn_context& ctx, const outbound& item)
     o.text = item.text;
     o.key = outbox_key(o.session_id, o.turn_id, o.channel, o.recipient, o.index);
     std::vector<outbox_item> items{std::move(o)};
-    for (const auto& added : co_await rt_.enqueue_outbox(std::move(items)))
-        deliver(added);
+    // Named before the co_await: g++ 12 destroys a temporary of a co_await's arguments twice.
+    std::function<void(std::vector<outbox_item>)> send = [this](std::vector<outbox_item> added) {
+        for (const auto& a : added)
+            deliver(a);
+    };
+    co_await rt_.enqueue_outbox(ctx, std::move(items), std::move(send));
     co_return true;
 }
 

@@ -1,4 +1,5 @@
 #include <baton/clock.hpp>
+#include <baton/detail/async.hpp>
 #include <baton/log.hpp>
 #include <baton/strand.hpp>
 #include <baton/ws_client.hpp>
@@ -28,10 +29,10 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
     ws_client_channel* owner = nullptr;
     channel_host* host = nullptr;
     asio::any_io_executor strand;
-    std::unique_ptr<timer> backoff;              // between attempts, on the runtime's clock; cancelled by close()
-    std::unique_ptr<asio::steady_timer> ended;   // cancelled when the loop ends
-    std::shared_ptr<ws_client> conn;             // the connection, while there is one
-    std::deque<std::string> out;                 // frames waiting for the writer
+    std::unique_ptr<timer> backoff; // between attempts, on the runtime's clock; cancelled by close()
+    std::unique_ptr<asio::steady_timer> ended; // cancelled when the loop ends
+    std::shared_ptr<ws_client> conn;           // the connection, while there is one
+    std::deque<std::string> out;               // frames waiting for the writer
     bool writing = false;
     bool closing = false;
     bool looping = false;
@@ -88,11 +89,14 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
         auto pause = s.o.backoff_min;
         while (!s.closing) {
             auto c = std::make_shared<ws_client>(s.strand, s.o.host, s.o.port);
-            auto [ec, status] = co_await c->connect(s.o.target, s.o.connect_timeout, s.o.heartbeat * 2, true);
+            auto [ec, status] =
+                co_await c->connect(s.o.target, s.o.connect_timeout, s.o.heartbeat * 2, true);
             if (s.closing) break;
             if (ec) {
                 log::warn("ws client channel: cannot connect; trying again",
-                          {{"channel", s.o.name}, {"error", ec.message()}, {"status", status},
+                          {{"channel", s.o.name},
+                           {"error", ec.message()},
+                           {"status", status},
                            {"after_ms", pause.count()}});
                 co_await s.back_off(pause);
                 continue;
@@ -124,7 +128,8 @@ struct ws_client_channel::impl : std::enable_shared_from_this<impl> {
             s.out.clear();
             if (s.closing) break;
             if (clk->now() - up_since >= s.o.backoff_max) pause = s.o.backoff_min;
-            log::info("ws client channel: reconnecting", {{"channel", s.o.name}, {"after_ms", pause.count()}});
+            log::info("ws client channel: reconnecting",
+                      {{"channel", s.o.name}, {"after_ms", pause.count()}});
             co_await s.back_off(pause);
         }
         s.looping = false;
@@ -176,7 +181,8 @@ void ws_client_channel::attach(channel_host& h) {
     // A reply of this channel is stored before it is sent, then sent if connected.
     plugin p;
     p.name = i.o.name;
-    p.dispatch_outbound = [self = impl_](turn_context& ctx, const outbound& item) -> asio::awaitable<bool> {
+    p.dispatch_outbound = [self = impl_](turn_context& ctx,
+                                         const outbound& item) -> asio::awaitable<bool> {
         if (item.channel != self->o.name) co_return false;
         outbox_item o;
         o.turn_id = ctx.inbound.turn_id;
@@ -188,9 +194,13 @@ void ws_client_channel::attach(channel_host& h) {
         o.text = item.text;
         o.key = outbox_key(o.session_id, o.turn_id, o.channel, o.recipient, o.index);
         std::vector<outbox_item> items{std::move(o)};
-        auto added = co_await self->host->runtime().enqueue_outbox(std::move(items));
-        for (auto& a : added)
-            asio::post(self->strand, [self, a = std::move(a)] { self->queue(self->owner->reply_frame(a)); });
+        // Named before the co_await: g++ 12 destroys a temporary of a co_await's arguments twice.
+        std::function<void(std::vector<outbox_item>)> send = [self](std::vector<outbox_item> added) {
+            for (auto& a : added)
+                asio::post(self->strand,
+                           [self, a = std::move(a)] { self->queue(self->owner->reply_frame(a)); });
+        };
+        co_await self->host->runtime().enqueue_outbox(ctx, std::move(items), std::move(send));
         co_return true;
     };
     h.add_plugin(std::move(p));
@@ -210,7 +220,7 @@ asio::awaitable<void> ws_client_channel::stop() {
 
 asio::awaitable<void> ws_client_channel::close() {
     if (!impl_->host) co_return;
-    co_await asio::co_spawn(impl_->strand, impl::shut(impl_), asio::use_awaitable);
+    co_await baton::detail::run_on(impl_->strand, impl::shut(impl_));
 }
 
 asio::awaitable<accept_result> ws_client_channel::submit(std::string session_id, std::string recipient,
@@ -234,7 +244,8 @@ asio::awaitable<bool> ws_client_channel::acked(std::string key) {
 
 bool ws_client_channel::send(std::string frame) {
     bool up = impl_->is_connected.load();
-    asio::post(impl_->strand, [self = impl_, f = std::move(frame)]() mutable { self->queue(std::move(f)); });
+    asio::post(impl_->strand,
+               [self = impl_, f = std::move(frame)]() mutable { self->queue(std::move(f)); });
     return up;
 }
 

@@ -51,6 +51,23 @@ struct turn_progress {
     // (each becomes a user message of this turn; it is stored as running before it is given).
     // Empty when nothing can steer the turn.
     std::function<boost::asio::awaitable<std::vector<steered_message>>()> take_steering;
+
+    // The turn's end, one transaction (store::end_turn). A runtime sets `deferred`: the default
+    // save_state and the pushing channels then add their writes here instead of writing at once,
+    // and the runtime writes them with the final record. Unset (a framework driven without a
+    // runtime), they write at once.
+    bool deferred = false;
+    turn_end end;
+    // Called once the end is stored (true; end.state carries the entries' ids, `added` the outbox
+    // items whose key was new) or given up (false): what waits on the writes, such as handing the
+    // session's window back or waking a channel's sender.
+    using end_callback =
+        std::function<void(bool stored, const turn_end& end, const std::vector<outbox_item>& added)>;
+    std::vector<end_callback> after_end;
+    // Set once the store knows that the turn began side effects (store::mark_side_effects).
+    bool side_effects = false;
+    // The turns this one answers too (collect, steer): they share its side effects.
+    std::vector<std::string> folded;
 };
 
 // One inbound message, from whichever channel.

@@ -134,6 +134,12 @@ public:
     // Stores items before anything is sent; an item whose key is already stored is left as it is.
     // Publishes outbox.enqueued on the turn's events. Returns the items stored by this call.
     asio::awaitable<std::vector<outbox_item>> enqueue_outbox(std::vector<outbox_item> items);
+    // The same from a dispatch_outbound hook, for the turn `ctx` runs: when the runtime runs the
+    // turn the items are stored with its end, in one transaction, and `on_stored` gets those
+    // whose key was new once that is committed (never, when the end is not stored: the turn then
+    // ends as after a crash). Otherwise they are stored at once, as above. Send from on_stored.
+    asio::awaitable<void> enqueue_outbox(turn_context& ctx, std::vector<outbox_item> items,
+                                         std::function<void(std::vector<outbox_item>)> on_stored);
     // A recipient confirmed an item (WebSocket ack): delivered. False when the key is unknown, or
     // when `channel` is given and the item is another channel's, or `tenant` and another tenant's.
     asio::awaitable<bool> outbox_delivered(std::string key, std::string channel = {},

@@ -39,6 +39,14 @@ struct state_update {
     std::string tenant{default_tenant}; // whose session
 };
 
+// The end of a turn, written as one transaction (end_turn): its tape entries and state, its
+// outbox items and its final record, with those of the turns it answered too (collect, steer).
+struct turn_end {
+    std::vector<turn_record> finished; // final records (finish_turn), the turn's own first
+    std::optional<state_update> state; // save_state's part; ids are written back
+    std::vector<outbox_item> outbox;   // added unless their key exists
+};
+
 class store {
 public:
     virtual ~store() = default;
@@ -51,14 +59,25 @@ public:
     // `replayed` when the fingerprint matches, `key_reused` when it does not (nothing stored).
     virtual insert_result insert_turn(const turn_record& t, const idempotency& idem) = 0;
 
-    // Moves a turn to running (started_at set).
+    // Moves a turn to running (started_at set) and counts the start (attempt + 1). A turn stored
+    // by insert_turn as running already counts the attempt it carries.
     virtual void mark_running(const std::string& turn_id, time_ms started_at) = 0;
+
+    // Records that the turn has begun side effects (its first tool call): after a crash it is not
+    // run again (turn_record::side_effects).
+    virtual void mark_side_effects(const std::string& turn_id) = 0;
 
     // Appends tape entries (assigning increasing ids, written back into `u`) and replaces state.
     virtual void save_state(state_update& u) = 0;
 
-    // Writes the final record of a turn (status, reply, steps, usage, error, finished_at).
+    // Writes the final record of a turn (status, reply, steps, usage, error, started_at,
+    // finished_at, attempt).
     virtual void finish_turn(const turn_record& t) = 0;
+
+    // save_state, add_outbox for each item and finish_turn for each record, all or nothing (one
+    // transaction where the store has them). Returns the outbox items added (new keys). The default
+    // makes the calls in that order; a store with transactions overrides it to wrap them.
+    virtual std::vector<outbox_item> end_turn(turn_end& e);
 
     virtual std::optional<turn_record> get_turn(const std::string& turn_id) = 0;
     virtual std::optional<session_record> get_session(const session_ref& session) = 0;

@@ -28,7 +28,7 @@ struct session_ref {
     session_ref(std::string tenant_name, std::string session_id)
         : tenant(std::move(tenant_name)), id(std::move(session_id)) {}
     session_ref(std::string session_id) : id(std::move(session_id)) {} // NOLINT: implicit
-    session_ref(const char* session_id) : id(session_id) {}             // NOLINT: implicit
+    session_ref(const char* session_id) : id(session_id) {}            // NOLINT: implicit
     // One string per session, for maps: "<tenant>/<id>" ('/' is in neither).
     std::string key() const;
     friend bool operator==(const session_ref&, const session_ref&) = default;
@@ -82,6 +82,9 @@ struct turn_record {
     std::optional<time_ms> started_at;
     std::optional<time_ms> finished_at;
     turn_input input;
+    // How many times the turn has started: 1 on its first run, more when a crash ran it again.
+    std::int64_t attempt = 0;
+    bool side_effects = false; // it began a tool call (store::mark_side_effects)
 };
 
 // The public JSON of a turn record (docs/api.md "Turn record"), written as text: what a poll answers.
@@ -97,7 +100,9 @@ std::string_view to_string(tape_kind k);
 std::optional<tape_kind> parse_tape_kind(std::string_view s);
 
 // The session a turn belongs to.
-inline session_ref session_of(const turn_record& t) { return {t.tenant, t.session_id}; }
+inline session_ref session_of(const turn_record& t) {
+    return {t.tenant, t.session_id};
+}
 
 struct tape_entry {
     std::int64_t id = 0; // assigned by the store, increasing per session

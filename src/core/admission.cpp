@@ -55,12 +55,15 @@ actor_registry::reserve(const std::string& sid, const admission_config& adm, con
     auto actor = get_or_create(sh, index, sid);
     auto slot = std::make_shared<turn_slot>();
     slot->record = rec;
+    bool first = !actor->busy && !actor->drainer && actor->queue.empty();
     actor->queue.push_back(slot);
-    return reservation{std::move(actor), std::move(slot)};
+    return reservation{std::move(actor), std::move(slot), first};
 }
 
-void actor_registry::mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s) {
+void actor_registry::mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s,
+                                const turn_record* as_stored) {
     std::lock_guard lock(shards_[a.shard].mutex);
+    if (as_stored) s->record = *as_stored;
     s->ready = true;
 }
 

@@ -31,8 +31,8 @@ struct turn_slot {
 
 struct session_actor {
     session_actor(std::string k, boost::asio::any_io_executor ex, std::size_t shard_index)
-        : key(std::move(k)), tenant(key.substr(0, key.find('/'))),
-          strand(detail::make_thin_strand(ex)), shard(shard_index) {}
+        : key(std::move(k)), tenant(key.substr(0, key.find('/'))), strand(detail::make_thin_strand(ex)),
+          shard(shard_index) {}
 
     const std::string key; // session_ref::key(): tenant and id
     const std::string tenant;
@@ -48,6 +48,7 @@ struct session_actor {
 struct reservation {
     std::shared_ptr<session_actor> actor;
     std::shared_ptr<turn_slot> slot;
+    bool first = false; // the session was idle with nothing queued: it runs as soon as it is stored
 };
 
 struct live_status {
@@ -63,13 +64,16 @@ public:
     // Takes a place at the back of the session's queue, or says why not (reject mode, full queue).
     std::variant<reservation, api_error> reserve(const std::string& key, const admission_config& adm,
                                                  const turn_record& rec);
-    void mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s);
+    // `as_stored`: the record as it was stored, when that differs from the one reserved.
+    void mark_ready(session_actor& a, const std::shared_ptr<turn_slot>& s,
+                    const turn_record* as_stored = nullptr);
     // Gives a place back (the store refused or replayed); evicts an actor left idle.
     void release(session_actor& a, const std::shared_ptr<turn_slot>& s);
     // Puts a stored turn back in its session's queue (recovery); no bound applies.
     std::shared_ptr<session_actor> requeue(const turn_record& rec);
     // Queues the session's idle compaction; null when the session is not idle (busy or queued).
-    std::shared_ptr<session_actor> queue_compaction(const session_ref& session, const std::string& agent);
+    std::shared_ptr<session_actor> queue_compaction(const session_ref& session,
+                                                    const std::string& agent);
 
     // True when the caller must start the session's drainer: none runs and the head is ready.
     bool claim_drainer(session_actor& a, bool draining);

@@ -1,4 +1,5 @@
 #include <baton/delivery.hpp>
+#include <baton/detail/async.hpp>
 #include <baton/log.hpp>
 #include <baton/store_runner.hpp>
 
@@ -308,8 +309,12 @@ asio::awaitable<bool> delivery::impl::dispatch(turn_context& ctx, const outbound
         o.key = outbox_key(o.session_id, o.turn_id, o.channel, o.recipient, o.index);
         items.push_back(std::move(o));
     }
-    for (auto& added : co_await rt.enqueue_outbox(std::move(items)))
-        post_enqueue(l, std::move(added));
+    // Named before the co_await: g++ 12 destroys a temporary of a co_await's arguments twice.
+    std::function<void(std::vector<outbox_item>)> queue = [l](std::vector<outbox_item> added) {
+        for (auto& a : added)
+            post_enqueue(l, std::move(a));
+    };
+    co_await rt.enqueue_outbox(ctx, std::move(items), std::move(queue));
     co_return true;
 }
 
@@ -376,7 +381,7 @@ asio::awaitable<void> delivery::stop(std::chrono::milliseconds grace) {
     for (;;) {
         std::size_t active = 0;
         for (auto& [name, l] : impl_->lanes)
-            active += co_await asio::co_spawn(l->strand, active_sends(l), asio::use_awaitable);
+            active += co_await detail::run_on(l->strand, active_sends(l));
         if (active == 0 || std::chrono::steady_clock::now() >= deadline) break;
         timer.expires_after(milliseconds(10));
         co_await timer.async_wait(asio::use_awaitable);

@@ -26,6 +26,18 @@ store::outbox_counts store::count_outbox() {
     return n;
 }
 
+std::vector<outbox_item> store::end_turn(turn_end& e) {
+    if (e.state) save_state(*e.state);
+    std::vector<outbox_item> added;
+    for (auto& o : e.outbox) {
+        if (o.created_at == 0) o.created_at = now_ms();
+        if (add_outbox(o)) added.push_back(o);
+    }
+    for (const auto& t : e.finished)
+        finish_turn(t);
+    return added;
+}
+
 std::optional<outbox_status> parse_outbox_status(std::string_view s) {
     for (std::size_t i = 0; i < outbox_status_names.size(); ++i)
         if (outbox_status_names[i] == s) return static_cast<outbox_status>(i);

@@ -101,7 +101,10 @@ struct runtime::impl {
     asio::awaitable<void> run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                    std::vector<turn_record> collected);
     // Stores a turn's end and publishes it; `retry`: until stored (or draining), else once.
-    asio::awaitable<void> store_final(turn_record rec, bool retry = true);
+    // `progress`: the turn's own (when it ran), whose gathered writes (turn_progress::end) go in the
+    // same transaction.
+    asio::awaitable<void> store_final(turn_record rec, bool retry = true,
+                                      std::shared_ptr<turn_progress> progress = nullptr);
     // A message folded into a running turn (collect, steer) now counts as running (the caller
     // has stored it so, at `at`).
     void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier, time_ms at);
@@ -356,11 +359,14 @@ asio::awaitable<void> runtime::impl::run_compaction(std::shared_ptr<session_acto
 }
 
 namespace {
-// The store call that marks turns running, all started at `at`, in one batch.
-auto mark_all_running(std::vector<std::string> ids, time_ms at) {
-    return [ids = std::move(ids), at](store& s) {
-        for (const auto& id : ids)
+// The store call that marks turns running, all started at `at`, in one batch; `side_effects`:
+// they join a turn that has begun them.
+auto mark_all_running(std::vector<std::string> ids, time_ms at, bool side_effects = false) {
+    return [ids = std::move(ids), at, side_effects](store& s) {
+        for (const auto& id : ids) {
             s.mark_running(id, at);
+            if (side_effects) s.mark_side_effects(id);
+        }
     };
 }
 } // namespace
@@ -378,13 +384,17 @@ runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vect
     for (const auto& r : ready)
         ids.push_back(r.turn_id);
     auto at = now_ms();
+    auto entry = carrier.lock();
+    const bool joined_effects = entry && entry->progress->side_effects;
+    if (entry)
+        for (const auto& id : ids)
+            entry->progress->folded.push_back(id);
     try {
-        co_await rt.fw_.db().run(mark_all_running(std::move(ids), at));
+        co_await rt.fw_.db().run(mark_all_running(std::move(ids), at, joined_effects));
     } catch (const std::exception& e) {
         // They are answered all the same; only a crash before the turn ends would run them again.
         log::warn("cannot store steered messages as running", {{"error", e.what()}});
     }
-    auto entry = carrier.lock();
     for (auto& r : ready) {
         if (entry) fold(r, entry, at);
         out.push_back({r.turn_id, r.input.text});
@@ -425,10 +435,12 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     auto& db = rt.fw_.db();
     auto began = std::chrono::steady_clock::now();
     rt.running_.fetch_add(1);
-    rec.status = turn_status::running;
-    rec.started_at = now_ms();
     auto progress = std::make_shared<turn_progress>();
     progress->events = hub.open(rec.turn_id, session_of(rec));
+    // save_state and the outbox items go in the end's transaction (store_final).
+    progress->deferred = true;
+    // Stored as running by accept (a message to an idle session): its start is written already.
+    const bool start_stored = rec.status == turn_status::running && rec.attempt > 0;
     auto entry = std::make_shared<running_turn>(a->strand, progress, rec.tenant);
     {
         std::lock_guard lock(running_mutex);
@@ -456,12 +468,21 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     });
     try {
         // The messages this turn answers too (`collect`) run with it: a crash ends them with it.
-        std::vector<std::string> ids{rec.turn_id};
-        for (const auto& c : *folded)
+        rec.status = turn_status::running;
+        rec.started_at = now_ms();
+        std::vector<std::string> ids;
+        if (!start_stored) {
+            ids.push_back(rec.turn_id);
+            rec.attempt += 1;
+        }
+        for (const auto& c : *folded) {
             ids.push_back(c.turn_id);
-        co_await db.run(mark_all_running(std::move(ids), *rec.started_at));
+            progress->folded.push_back(c.turn_id);
+        }
+        if (!ids.empty()) co_await db.run(mark_all_running(std::move(ids), *rec.started_at));
         turns.live(rec);
-        progress->events->publish_text("turn.started", "{}");
+        progress->events->publish_text("turn.started",
+                                       "{\"attempt\":" + std::to_string(rec.attempt) + "}");
 
         inbound in;
         for (const auto& c : *folded) {
@@ -520,12 +541,13 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     progress->take_steering = nullptr;
     rt.fw_.metrics().observe_turn(std::chrono::steady_clock::now() - began);
     auto carrier = rec;
-    co_await store_final(std::move(rec));
+    co_await store_final(std::move(rec), true, progress);
     co_await finish_folded(std::move(*folded), carrier);
     rt.running_.fetch_sub(1);
 }
 
-asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
+asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
+                                                 std::shared_ptr<turn_progress> progress) {
     rec.finished_at = now_ms();
     // Counted before anyone can read the final record.
     rt.fw_.metrics().turn_finished(rec.status);
@@ -534,11 +556,30 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
     // learns an outcome a crash could still take back. A daemon that is draining gives up: the
     // turn then ends as the next start decides for a turn found running (`abandoned`, or run
     // again), as if the process had died.
+    turn_end end;
+    std::vector<turn_progress::end_callback> after;
+    if (progress) {
+        end = std::move(progress->end);
+        after = std::move(progress->after_end);
+    }
+    end.finished.push_back(rec);
+    // Run once, whether the end was stored or given up.
+    auto settle = [&](bool stored, const std::vector<outbox_item>& added) {
+        for (auto& f : after)
+            f(stored, end, added);
+        after.clear();
+    };
     std::chrono::milliseconds pause{50};
     for (int attempt = 1;; ++attempt) {
         try {
-            auto finish = [rec](store& s) { s.finish_turn(rec); };
-            co_await rt.fw_.db().run(std::move(finish));
+            auto write = [&end](store& s) { return s.end_turn(end); };
+            auto added = co_await rt.fw_.db().run(std::move(write));
+            settle(true, added);
+            if (!added.empty())
+                if (auto log = hub.find(rec.turn_id))
+                    for (const auto& o : added)
+                        log->publish("outbox.enqueued",
+                                     json::object{{"key", o.key}, {"channel", o.channel}});
             actors.turn_ending(session_of(rec).key(), rec.turn_id);
             turns.finished(rec);
             quotas.add_usage(rec.tenant, clk->utc_ms(), rec.usage);
@@ -556,6 +597,7 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry) {
                 // Nobody is told an end that is not stored: as after a crash, the stream stops
                 // without turn.finished and the store's record decides at the next start.
                 turns.forget(rec.turn_id);
+                settle(false, {});
                 co_return;
             }
         }
@@ -651,8 +693,8 @@ asio::awaitable<std::optional<turn_record>> runtime::wait_turn(std::string turn_
                                                                std::optional<clock::duration> up_to) {
     // On a strand of its own, where hand_over() and release() post.
     auto strand = detail::make_thin_strand(impl_->ex);
-    co_return co_await asio::co_spawn(
-        strand, impl_->wait_here(std::move(turn_id), std::move(tenant), up_to), asio::use_awaitable);
+    co_return co_await detail::run_on(strand,
+                                      impl_->wait_here(std::move(turn_id), std::move(tenant), up_to));
 }
 
 void runtime::release_waiters() {
@@ -682,9 +724,13 @@ asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id, s
     auto rec = co_await fw_.db().run(std::move(get));
     if (!rec || (!tenant.empty() && rec->tenant != tenant))
         co_return api_error{errc::not_found, "no such turn: " + turn_id};
-    if (rec->status == turn_status::queued &&
+    // A message to an idle session is stored as running already (accept); it may still wait for
+    // its tenant's running-turn slot, and then it is in the queue.
+    if ((rec->status == turn_status::queued || rec->status == turn_status::running) &&
         impl_->actors.remove_queued(session_of(*rec).key(), turn_id)) {
         rec->status = turn_status::stopped;
+        rec->started_at.reset();
+        rec->attempt = 0;
         co_await impl_->store_final(std::move(*rec), false); // a request waits on it: once
         co_return std::nullopt;
     }
@@ -723,11 +769,21 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     // The slot is taken before the store write so that accept order is run order.
     auto reserved = impl_->actors.reserve(key, ag->config.admission, rec);
     if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);
-    auto [actor, slot] = std::get<detail::reservation>(std::move(reserved));
+    auto [actor, slot, first] = std::get<detail::reservation>(std::move(reserved));
+    // First in an idle session, it starts at once: stored as running, so that its start costs no
+    // write of its own (run_turn sees the attempt counted).
+    auto stored_rec = rec;
+    if (first) {
+        stored_rec.status = turn_status::running;
+        stored_rec.started_at = rec.created_at;
+        stored_rec.attempt = 1;
+    }
 
     insert_result stored;
     try {
-        auto insert = [rec, idem = std::move(req.idem)](store& s) { return s.insert_turn(rec, idem); };
+        auto insert = [stored_rec, idem = std::move(req.idem)](store& s) {
+            return s.insert_turn(stored_rec, idem);
+        };
         stored = co_await fw_.db().run(std::move(insert));
     } catch (const std::exception& e) {
         log::error("cannot store a message", {{"session_id", rec.session_id}, {"error", e.what()}});
@@ -751,7 +807,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
     impl_->hub.open(rec.turn_id, session_of(rec))->publish_text("turn.queued", "{}");
-    impl_->actors.mark_ready(*actor, slot);
+    impl_->actors.mark_ready(*actor, slot, first ? &stored_rec : nullptr);
     // Admission mode `interrupt`: the running turn ends `stopped` and this message runs next.
     if (ag->config.admission.mode == admission_mode::interrupt) {
         auto current = impl_->actors.running_turn(key);
@@ -827,6 +883,30 @@ asio::awaitable<std::vector<outbox_item>> runtime::enqueue_outbox(std::vector<ou
     co_return added;
 }
 
+asio::awaitable<void> runtime::enqueue_outbox(turn_context& ctx, std::vector<outbox_item> items,
+                                              std::function<void(std::vector<outbox_item>)> on_stored) {
+    auto* p = ctx.inbound.progress.get();
+    if (!p || !p->deferred) {
+        auto added = co_await enqueue_outbox(std::move(items));
+        if (on_stored) on_stored(std::move(added));
+        co_return;
+    }
+    std::vector<std::string> keys;
+    for (auto& o : items) {
+        keys.push_back(o.key);
+        p->end.outbox.push_back(std::move(o));
+    }
+    if (!on_stored) co_return;
+    p->after_end.push_back([keys = std::move(keys), on_stored = std::move(on_stored)](
+                               bool stored, const turn_end&, const std::vector<outbox_item>& added) {
+        if (!stored) return;
+        std::vector<outbox_item> mine;
+        for (const auto& o : added)
+            if (std::find(keys.begin(), keys.end(), o.key) != keys.end()) mine.push_back(o);
+        if (!mine.empty()) on_stored(std::move(mine));
+    });
+}
+
 asio::awaitable<bool> runtime::outbox_delivered(std::string key, std::string channel,
                                                 std::string tenant) {
     auto mark = [key = std::move(key), channel = std::move(channel),
@@ -887,7 +967,10 @@ asio::awaitable<std::size_t> runtime::recover() {
     std::vector<std::shared_ptr<session_actor>> to_kick;
     for (auto& rec : turns) {
         const agent* ag = fw_.find_agent(rec.agent);
-        if (rec.status == turn_status::running && !(ag && ag->config.rerun_abandoned)) {
+        // A turn found running had started; without side effects (no tool call began) it simply
+        // runs again, its attempt counted.
+        if (rec.status == turn_status::running && rec.side_effects &&
+            !(ag && ag->config.rerun_abandoned)) {
             rec.status = turn_status::failed;
             rec.error = error_info{"abandoned", "the daemon stopped while this turn was running"};
             rec.finished_at = now_ms();
@@ -896,7 +979,10 @@ asio::awaitable<std::size_t> runtime::recover() {
             fw_.metrics().turn_finished(rec.status);
             continue;
         }
-        // Queued, or mid-run under an agent that runs such turns again (`on_abandoned: rerun`).
+        // Queued, or mid-run: without side effects, or under an agent that runs such turns again
+        // (`on_abandoned: rerun`).
+        if (rec.status == turn_status::running)
+            log::info("running a turn again", {{"turn_id", rec.turn_id}, {"attempt", rec.attempt + 1}});
         rec.status = turn_status::queued;
         rec.started_at.reset();
         to_kick.push_back(impl_->actors.requeue(rec));

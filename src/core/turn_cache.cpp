@@ -19,6 +19,7 @@ turn_record without_input(const turn_record& rec) {
     r.created_at = rec.created_at;
     r.started_at = rec.started_at;
     r.finished_at = rec.finished_at;
+    r.attempt = rec.attempt;
     return r;
 }
 } // namespace

@@ -1,5 +1,5 @@
-#include <baton/types.hpp>
 #include <baton/json_text.hpp>
+#include <baton/types.hpp>
 
 #include <boost/json/parse.hpp>
 
@@ -117,6 +117,8 @@ void append_turn_json(std::string& out, const turn_record& t) {
     if (t.refusal) out += R"(,"refusal":true)"sv;
     out += R"(,"steps":)"sv;
     out += std::to_string(t.steps);
+    out += R"(,"attempt":)"sv;
+    out += std::to_string(t.attempt);
     out += R"(,"usage":{"prompt_tokens":)"sv;
     out += std::to_string(t.usage.prompt_tokens);
     out += R"(,"completion_tokens":)"sv;

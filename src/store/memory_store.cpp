@@ -44,8 +44,8 @@ private:
 // role's number and its raw text; anything else serialized.
 constexpr std::array<std::string_view, 4> plain_roles{"user", "assistant", "system", "tool"};
 struct packed_payload {
-    std::uint8_t role = 0;  // 1 + index in plain_roles; 0: `json` is the serialized payload
-    std::string_view text;  // a plain message's text (in the entry, which outlives this)
+    std::uint8_t role = 0; // 1 + index in plain_roles; 0: `json` is the serialized payload
+    std::string_view text; // a plain message's text (in the entry, which outlives this)
     std::string json;
     // What is stored (not kept as a view of `json`: moving a short string moves its bytes).
     std::string_view stored() const { return role ? text : std::string_view(json); }
@@ -69,8 +69,8 @@ packed_payload pack(const tape_entry& e) {
     return p;
 }
 
-// A session's tape, packed: each entry's payload is kept as text (see pack), and its turn id once per run
-// of entries of the same turn, in append-only text chunks. An entry then costs ~48 bytes plus its
+// A session's tape, packed: each entry's payload is kept as text (see pack), and its turn id once per
+// run of entries of the same turn, in append-only text chunks. An entry then costs ~48 bytes plus its
 // text, not a JSON object with an allocation per key (a long-running process's memory store grew
 // by ~600 bytes per turn, and the page faults of that growth were a quarter of a turn's time).
 class packed_tape {
@@ -130,7 +130,8 @@ private:
         if (chunks_.empty() || chunks_.back().capacity() - chunks_.back().size() < s.size()) {
             // Chunks start small (most sessions are short) and double up to 64 KiB; each is
             // reserved once and never reallocated.
-            std::size_t next = chunks_.empty() ? 256 : std::min<std::size_t>(chunks_.back().capacity() * 2, 65536);
+            std::size_t next =
+                chunks_.empty() ? 256 : std::min<std::size_t>(chunks_.back().capacity() * 2, 65536);
             chunks_.emplace_back();
             chunks_.back().reserve(std::max(next, s.size()));
         }
@@ -180,7 +181,8 @@ public:
         turns_.emplace(t.turn_id, t);
         if (!is_terminal(t.status)) unfinished_.emplace(next_seq_, t.turn_id);
         seq_of_.emplace(t.turn_id, next_seq_++);
-        if (!idem.key.empty()) idem_.emplace(std::move(idem_key), idem_entry{idem.fingerprint, t.turn_id});
+        if (!idem.key.empty())
+            idem_.emplace(std::move(idem_key), idem_entry{idem.fingerprint, t.turn_id});
 
         auto& s = session(session_of(t), t.agent, t.created_at);
         s.record.turns += 1;
@@ -193,7 +195,23 @@ public:
         auto& t = find_turn(turn_id);
         t.status = turn_status::running;
         t.started_at = started_at;
+        t.attempt += 1;
         track_unfinished(t);
+    }
+
+    void mark_side_effects(const std::string& turn_id) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        find_turn(turn_id).side_effects = true;
+    }
+
+    std::vector<outbox_item> end_turn(turn_end& e) override {
+        // Checked first, so that a bad call changes nothing (as a rollback would).
+        {
+            std::lock_guard<short_mutex> lock(mutex_);
+            for (const auto& t : e.finished)
+                find_turn(t.turn_id);
+        }
+        return store::end_turn(e);
     }
 
     void save_state(state_update& u) override {
@@ -225,6 +243,7 @@ public:
         stored.error = t.error;
         stored.started_at = t.started_at;
         stored.finished_at = t.finished_at;
+        stored.attempt = t.attempt;
         track_unfinished(stored);
     }
 
@@ -395,9 +414,9 @@ private:
 
     short_mutex mutex_;
     std::unordered_map<std::string, turn_record> turns_;
-    std::unordered_map<std::string, std::int64_t> seq_of_; // accept order of each turn
-    std::map<std::int64_t, std::string> unfinished_;       // accept order -> turn id
-    std::unordered_map<std::string, idem_entry> idem_;        // "<tenant>/<key>"
+    std::unordered_map<std::string, std::int64_t> seq_of_;   // accept order of each turn
+    std::map<std::int64_t, std::string> unfinished_;         // accept order -> turn id
+    std::unordered_map<std::string, idem_entry> idem_;       // "<tenant>/<key>"
     std::unordered_map<std::string, session_data> sessions_; // by session_ref::key()
     std::int64_t next_seq_ = 1;
     std::unordered_map<std::string, outbox_item> outbox_;

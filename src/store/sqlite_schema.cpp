@@ -11,7 +11,7 @@ namespace baton::detail {
 namespace {
 
 // Append only: a released migration is never edited, a change is a new entry at the end.
-constexpr std::array<std::string_view, 7> migrations{
+constexpr std::array<std::string_view, 8> migrations{
     // 1: sessions, turns, tape.
     R"sql(
 CREATE TABLE sessions (
@@ -208,6 +208,13 @@ CREATE INDEX outbox_open ON outbox(channel, tenant, session_id, seq)
     // the finished turns.
     R"sql(
 CREATE INDEX turns_usage ON turns(tenant, finished_at) WHERE finished_at IS NOT NULL;
+)sql",
+    // 8: the lean turn's crash semantics. `attempt` counts the starts of a turn (a turn found
+    // running without side effects runs again); `side_effects` is set before its first tool call.
+    R"sql(
+ALTER TABLE turns ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE turns ADD COLUMN side_effects INTEGER NOT NULL DEFAULT 0;
+UPDATE turns SET attempt = 1 WHERE started_at IS NOT NULL;
 )sql",
 };
 

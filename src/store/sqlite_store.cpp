@@ -24,7 +24,6 @@ using detail::sql_limit;
 using detail::statement;
 using detail::step_and_reset;
 
-
 struct db_closer {
     void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
 };
@@ -74,13 +73,14 @@ db_ptr open_database(const sqlite_options& opts) {
 const std::string turn_columns =
     "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
     "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
-    "finished_at, refusal";
+    "finished_at, refusal, attempt, side_effects";
 
 const std::string tape_columns = "id, kind, payload, created_at, turn_id";
 
-const std::string outbox_columns = "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, "
-                                   "attempts, uncertain, created_at, updated_at, next_attempt_at, "
-                                   "coalesce(last_error, '')";
+const std::string outbox_columns =
+    "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, "
+    "attempts, uncertain, created_at, updated_at, next_attempt_at, "
+    "coalesce(last_error, '')";
 
 // Every statement the store runs, prepared once when the store opens.
 struct statements {
@@ -94,16 +94,19 @@ struct statements {
               db, "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
                   "VALUES (?1, ?2, ?3, 1, ?4, ?5) ON CONFLICT (tenant, session_id) DO UPDATE SET "
                   "turns = turns + 1, last_turn_id = excluded.last_turn_id"),
-          insert_turn(db, "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
-                          "input_channel, metadata, deliver, idem_key, idem_fingerprint, reply, steps, "
-                          "prompt_tokens, completion_tokens, error_code, error_message, created_at, "
-                          "started_at, finished_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-                          "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)"),
-          mark_running(db, "UPDATE turns SET status = 'running', started_at = ?2 WHERE turn_id = ?1"),
+          insert_turn(
+              db, "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
+                  "input_channel, metadata, deliver, idem_key, idem_fingerprint, reply, steps, "
+                  "prompt_tokens, completion_tokens, error_code, error_message, created_at, "
+                  "started_at, finished_at, attempt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+                  "?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)"),
+          mark_running(db, "UPDATE turns SET status = 'running', started_at = ?2, attempt = attempt + 1 "
+                           "WHERE turn_id = ?1"),
+          mark_side_effects(db, "UPDATE turns SET side_effects = 1 WHERE turn_id = ?1"),
           finish_turn(db,
                       "UPDATE turns SET status = ?2, reply = ?3, steps = ?4, prompt_tokens = ?5, "
                       "completion_tokens = ?6, error_code = ?7, error_message = ?8, started_at = ?9, "
-                      "finished_at = ?10, refusal = ?11 WHERE turn_id = ?1"),
+                      "finished_at = ?10, refusal = ?11, attempt = ?12 WHERE turn_id = ?1"),
           ensure_session(db, "INSERT INTO sessions (session_id, tenant, agent, created_at) "
                              "VALUES (?1, ?3, 'default', ?2) ON CONFLICT (tenant, session_id) "
                              "DO NOTHING"),
@@ -152,7 +155,8 @@ struct statements {
                        "SELECT status, sum(n), sum(uncertain * n) FROM outbox_counts GROUP BY status") {}
 
     statement begin, commit, rollback, savepoint, release, rollback_to;
-    statement find_idem, touch_session_for_turn, insert_turn, mark_running, finish_turn;
+    statement find_idem, touch_session_for_turn, insert_turn, mark_running, mark_side_effects,
+        finish_turn;
     statement ensure_session, tape_next, append_tape, update_session;
     statement get_turn, get_session, read_tape, tape_tail, unfinished;
     statement add_outbox, update_outbox, get_cursor, set_cursor;
@@ -231,6 +235,8 @@ turn_record read_turn(const query& q) {
     t.started_at = q.opt_int64(16);
     t.finished_at = q.opt_int64(17);
     t.refusal = q.int64(18) != 0;
+    t.attempt = q.int64(19);
+    t.side_effects = q.int64(20) != 0;
     return t;
 }
 
@@ -327,6 +333,7 @@ public:
             .bind(18, t.created_at)
             .bind(19, t.started_at)
             .bind(20, t.finished_at)
+            .bind(21, t.attempt)
             .run();
         tx.commit();
         return {insert_outcome::inserted, t.turn_id};
@@ -338,6 +345,29 @@ public:
         if (query(st_.mark_running).bind(1, turn_id).bind(2, started_at).run() == 0)
             throw std::runtime_error("sqlite: unknown turn: " + turn_id);
         tx.commit();
+    }
+
+    void mark_side_effects(const std::string& turn_id) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_, batch_);
+        if (query(st_.mark_side_effects).bind(1, turn_id).run() == 0)
+            throw std::runtime_error("sqlite: unknown turn: " + turn_id);
+        tx.commit();
+    }
+
+    std::vector<outbox_item> end_turn(turn_end& e) override {
+        std::lock_guard lock(mutex_);
+        transaction tx(st_, batch_);
+        // The calls below nest in this one as savepoints; all of them or none.
+        struct nest {
+            batch_state& b;
+            bool was;
+            explicit nest(batch_state& s) : b(s), was(s.open) { b.open = true; }
+            ~nest() { b.open = was; }
+        } nested(batch_);
+        auto added = store::end_turn(e);
+        tx.commit();
+        return added;
     }
 
     void save_state(state_update& u) override {
@@ -394,6 +424,7 @@ public:
                            .bind(9, t.started_at)
                            .bind(10, t.finished_at)
                            .bind(11, static_cast<std::int64_t>(t.refusal))
+                           .bind(12, t.attempt)
                            .run();
         if (changed == 0) throw std::runtime_error("sqlite: unknown turn: " + t.turn_id);
         tx.commit();
@@ -582,7 +613,7 @@ public:
     }
 
 private:
-    std::mutex mutex_;
+    std::recursive_mutex mutex_; // recursive: end_turn makes the other writes inside its own
     batch_state batch_;
     db_ptr db_; // declared before st_: statements are finalised before the connection closes
     statements st_;
