@@ -104,6 +104,8 @@ void check_same_turn(const turn_record& got, const turn_record& want) {
     BOOST_TEST(got.created_at == want.created_at);
     BOOST_TEST((got.started_at == want.started_at));
     BOOST_TEST((got.finished_at == want.finished_at));
+    BOOST_TEST(got.attempt == want.attempt);
+    BOOST_TEST(got.side_effects == want.side_effects);
     BOOST_TEST(got.input.channel == want.input.channel);
     BOOST_TEST(got.input.text == want.input.text);
     BOOST_TEST(json::serialize(got.input.metadata) == json::serialize(want.input.metadata));
@@ -565,7 +567,8 @@ BOOST_DATA_TEST_CASE(tenants_keep_sessions_tapes_keys_and_items_apart, bdata::ma
     auto again = f.s->insert_turn(of("t_a2", "a"), {"key", "fp-a"});
     BOOST_TEST((again.outcome == insert_outcome::replayed));
     BOOST_TEST(again.turn_id == "t_a");
-    BOOST_TEST((f.s->insert_turn(of("t_b2", "b"), {"key", "fp-a"}).outcome == insert_outcome::key_reused));
+    BOOST_TEST(
+        (f.s->insert_turn(of("t_b2", "b"), {"key", "fp-a"}).outcome == insert_outcome::key_reused));
 
     auto ua = entries_for("s1", "t_a", 2);
     ua.tenant = "a";
@@ -608,6 +611,98 @@ BOOST_DATA_TEST_CASE(tenants_keep_sessions_tapes_keys_and_items_apart, bdata::ma
     all_a.tenant = "a";
     BOOST_TEST(f.s->list_outbox(all_a).size() == 1u);
     BOOST_TEST(f.s->list_outbox({}).size() == 2u);
+}
+
+BOOST_DATA_TEST_CASE(attempts_count_starts_and_the_side_effect_marker_is_kept, bdata::make(kinds),
+                     kind) {
+    store_fixture f(kind);
+    auto queued = make_turn("t_q", "s1");
+    f.s->insert_turn(queued, {});
+    BOOST_TEST(f.s->get_turn("t_q")->attempt == 0);
+    f.s->mark_running("t_q", 1'700'000'000'100);
+    BOOST_TEST(f.s->get_turn("t_q")->attempt == 1);
+    // Run again after a crash: the start counts once more.
+    f.s->mark_running("t_q", 1'700'000'000'200);
+    auto again = f.s->get_turn("t_q");
+    BOOST_TEST(again->attempt == 2);
+    BOOST_TEST(!again->side_effects);
+    f.s->mark_side_effects("t_q");
+    auto unfinished = f.s->unfinished_turns();
+    BOOST_TEST_REQUIRE(unfinished.size() == 1u);
+    BOOST_TEST(unfinished[0].attempt == 2);
+    BOOST_TEST(unfinished[0].side_effects);
+    BOOST_CHECK_THROW(f.s->mark_side_effects("t_unknown"), std::exception);
+    // Stored as running by the accept: the attempt it carries counts.
+    auto running = make_turn("t_r", "s1");
+    running.status = turn_status::running;
+    running.started_at = running.created_at;
+    running.attempt = 1;
+    f.s->insert_turn(running, {});
+    check_same_turn(*f.s->get_turn("t_r"), running);
+}
+
+BOOST_DATA_TEST_CASE(end_turn_writes_tape_state_outbox_and_record_together, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    auto t = make_turn("t_e", "s1");
+    t.status = turn_status::running;
+    t.started_at = t.created_at;
+    t.attempt = 1;
+    f.s->insert_turn(t, {});
+    outbox_item earlier;
+    earlier.key = "ob_dup";
+    earlier.turn_id = "t_e";
+    earlier.session_id = "s1";
+    earlier.channel = "ws";
+    earlier.recipient = "s1";
+    earlier.text = "already there";
+    BOOST_TEST(f.s->add_outbox(earlier));
+
+    turn_end end;
+    end.state = entries_for("s1", "t_e", 2);
+    end.state->state = json::object{{"k", "v"}};
+    auto fresh = earlier;
+    fresh.key = "ob_new";
+    fresh.index = 1;
+    fresh.text = "the reply";
+    auto dup = earlier;
+    dup.text = "not stored again";
+    end.outbox = {fresh, dup};
+    auto done = t;
+    done.status = turn_status::completed;
+    done.reply = "the reply";
+    done.steps = 1;
+    done.finished_at = t.created_at + 10;
+    end.finished = {done};
+    auto added = f.s->end_turn(end);
+    BOOST_TEST_REQUIRE(added.size() == 1u);
+    BOOST_TEST(added[0].key == "ob_new");
+    BOOST_TEST(ids_of(end.state->entries) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(ids_of(f.s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(json::serialize(f.s->get_session("s1")->state) == R"({"k":"v"})");
+    BOOST_TEST(f.s->get_outbox("ob_dup")->text == "already there");
+    BOOST_TEST(f.s->get_outbox("ob_new")->text == "the reply");
+    check_same_turn(*f.s->get_turn("t_e"), done);
+    BOOST_TEST(f.s->unfinished_turns().empty());
+}
+
+BOOST_DATA_TEST_CASE(an_end_naming_an_unknown_turn_changes_nothing, bdata::make(kinds), kind) {
+    store_fixture f(kind);
+    turn_end end;
+    end.state = entries_for("s9", "t_missing", 1);
+    outbox_item o;
+    o.key = "ob_orphan";
+    o.turn_id = "t_missing";
+    o.session_id = "s9";
+    o.channel = "ws";
+    o.recipient = "s9";
+    o.text = "x";
+    end.outbox = {o};
+    auto ghost = make_turn("t_missing", "s9");
+    ghost.status = turn_status::completed;
+    end.finished = {ghost};
+    BOOST_CHECK_THROW(f.s->end_turn(end), std::exception);
+    BOOST_TEST(f.s->read_tape("s9", 0, 10).empty());
+    BOOST_TEST(!f.s->get_outbox("ob_orphan").has_value());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -734,9 +829,9 @@ BOOST_AUTO_TEST_CASE(outbox_counts_are_kept_without_a_scan_and_filled_on_upgrade
         detail::migrate_sqlite(raw.db, 3);
         for (int i = 0; i < 3; ++i)
             raw.exec("INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, "
-                     "status, created_at, updated_at) VALUES ('k" + std::to_string(i) + "', 't_" +
-                     std::to_string(i) + "', 's1', 'ws', 's1', 0, 'x', '" +
-                     (i == 0 ? "delivered" : "pending") + "', 1, 1)");
+                     "status, created_at, updated_at) VALUES ('k" +
+                     std::to_string(i) + "', 't_" + std::to_string(i) +
+                     "', 's1', 'ws', 's1', 0, 'x', '" + (i == 0 ? "delivered" : "pending") + "', 1, 1)");
     }
     auto s = open_store("sqlite", dir);
     auto n = s->count_outbox();
@@ -802,6 +897,26 @@ BOOST_AUTO_TEST_CASE(data_from_before_tenants_belongs_to_the_default_tenant) {
     BOOST_TEST(raw.scalar("PRAGMA foreign_key_check") == "");
     BOOST_TEST(raw.scalar("PRAGMA integrity_check") == "ok");
     BOOST_TEST(raw.scalar("SELECT count(*) FROM sqlite_master WHERE name LIKE '%_v6'") == "0");
+}
+
+BOOST_AUTO_TEST_CASE(turns_from_before_attempts_count_one_start_when_they_started) {
+    temp_dir dir;
+    {
+        // A database as the last build without attempts (schema 7) left it.
+        fs::create_directories(fs::path(dir.db_path()).parent_path());
+        raw_db raw(dir.db_path());
+        detail::migrate_sqlite(raw.db, 7);
+        raw.exec("INSERT INTO sessions (session_id, tenant, agent, turns, created_at) VALUES "
+                 "('s1', 'default', 'default', 2, 1)");
+        raw.exec("INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, "
+                 "input_channel, metadata, created_at, started_at, refusal) VALUES "
+                 "('t_1', 's1', 'default', 'default', 'running', 'hi', 'http', '{}', 1, 2, 0), "
+                 "('t_2', 's1', 'default', 'default', 'queued', 'again', 'http', '{}', 3, NULL, 0)");
+    }
+    auto s = open_store("sqlite", dir);
+    BOOST_TEST(s->get_turn("t_1")->attempt == 1);
+    BOOST_TEST(!s->get_turn("t_1")->side_effects);
+    BOOST_TEST(s->get_turn("t_2")->attempt == 0);
 }
 
 BOOST_AUTO_TEST_CASE(newer_schema_is_refused) {
