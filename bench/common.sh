@@ -1,5 +1,6 @@
-# Sourced by bench/smoke.sh, bench/compare.sh and bench/isolation.sh: a scratch directory, the processes started
-# here (ended by their id at exit), and the URL a process prints when it is ready.
+# Sourced by bench/smoke.sh, bench/compare.sh, bench/sitting.sh, bench/floor.sh and
+# bench/isolation.sh: a scratch directory, the processes started here (ended by their id at exit),
+# the URL a process prints when it is ready, and the mock model.
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -23,4 +24,15 @@ median_line() { # filter key digits label
     grep -F "$1" "$work/runs" | sed -n "s/.*\"$2\":\([-0-9.eE+]*\).*/\1/p" | sort -g |
         awk -v l="$4" -v k="$2" -v d="$3" '{v[NR]=$1} END {m = NR % 2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2;
             f = "%s %s: median %." d "f (%." d "f-%." d "f, %d runs)\n"; printf f, l, k, m, v[1], v[NR], NR}'
+}
+# Starts BATON_BENCH's mock model (ended at exit), sets mock_url and writes $work/baton.json: a
+# daemon config whose default agent calls the mock, streamed.
+start_mock() { # baton_bench
+    "$1" mock-model --listen 127.0.0.1:0 >"$work/mock.out" 2>&1 &
+    pids+=($!)
+    mock_url=$(wait_url "$work/mock.out")
+    cat >"$work/baton.json" <<EOF
+{"agents": {"default": {"model": {"provider": "openai", "base_url": "$mock_url/v1", "model": "mock",
+                                   "stream": true, "timeout_ms": 10000}}}}
+EOF
 }

@@ -11,13 +11,7 @@ rounds=${3:-5}
 . "$(dirname "$0")/common.sh"
 
 # The mock model is the same binary for both (the new build's), so that only baton differs.
-"$new/baton-bench" mock-model --listen 127.0.0.1:0 >"$work/mock.out" 2>&1 &
-pids+=($!)
-mock_url=$(wait_url "$work/mock.out")
-cat >"$work/baton.json" <<EOF
-{"agents": {"default": {"model": {"provider": "openai", "base_url": "$mock_url/v1", "model": "mock",
-                                   "stream": true, "timeout_ms": 10000}}}}
-EOF
+start_mock "$new/baton-bench"
 
 daemon_run() { # dir label round
     local dir=$1 label=$2 n=$3 data="$work/data-$2-$3"

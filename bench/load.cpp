@@ -40,7 +40,8 @@ struct load_settings {
     int threads = 1;
     std::string mode = "poll";
     std::string text = "hello";
-    std::string token; // sent as Authorization: Bearer on every request and upgrade
+    std::string token;      // sent as Authorization: Bearer on every request and upgrade
+    bool ws_events = false; // ws: follow the turn's event frames too (by default replies only)
     milliseconds timeout{60000};
 };
 
@@ -111,6 +112,7 @@ struct client {
     bool ws_open = false;
     std::size_t ws_connects = 0;
     std::uint64_t seq = 0;
+    std::string lg_thread; // langgraph-*: this client's thread on the Agent Server
     client_stats stats;
 };
 
@@ -213,6 +215,8 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
     std::string id = "c" + std::to_string(c.index) + "-" + std::to_string(++c.seq);
     auto t0 = clock_type::now();
     json::object msg{{"type", "message"}, {"session", c.session}, {"text", s.text}, {"id", id}};
+    // A chat client's frames only (message, accepted, reply, ack) unless --ws-events 1.
+    if (!s.ws_events) msg["events"] = false;
     if (auto ec = co_await c.ws->send(json::serialize(msg))) {
         c.drop_ws(s);
         r.error = "connection: " + ec.message();
@@ -274,6 +278,110 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
     }
 }
 
+// A top-level string of a JSON object's text, or "".
+std::string top_string(std::string_view text, std::string_view key) {
+    boost::system::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec || !v.is_object()) return {};
+    auto* f = v.get_object().if_contains(key);
+    return f && f->is_string() ? std::string(f->get_string()) : std::string();
+}
+
+// One turn on LangGraph's Agent Server (bench/peers/langgraph), through its own API: the client's
+// thread is made on its first turn (POST /threads); a turn is a run on it (POST
+// /threads/{thread}/runs with the message as input), then either polls of GET
+// /threads/{thread}/runs/{run} (at once, then 1 ms doubling to 20 ms, as poll_turn does) until a
+// terminal status, and GET /threads/{thread}/state for the answer (langgraph-poll), or one GET
+// /threads/{thread}/runs/{run}/join, which answers when the run has ended (langgraph-join).
+asio::awaitable<void> turn_langgraph(client& c, const load_settings& s, turn_result& r) {
+    auto t0 = clock_type::now();
+    if (c.lg_thread.empty()) {
+        std::string none = "{}", target = s.url.path + "/threads";
+        auto [ec, reply] =
+            co_await c.http->request(method_post, std::move(target), std::move(none), s.timeout);
+        if (ec || reply.status != 200) {
+            r.error =
+                ec ? "connection: " + ec.message() : "threads_http_" + std::to_string(reply.status);
+            co_return;
+        }
+        c.lg_thread = top_string(reply.body, "thread_id");
+        if (c.lg_thread.empty()) {
+            r.error = "bad_response";
+            co_return;
+        }
+        t0 = clock_type::now();
+    }
+    const std::string thread = s.url.path + "/threads/" + c.lg_thread;
+    std::string body = json::serialize(json::object{
+        {"assistant_id", "agent"},
+        {"input",
+         json::object{{"messages", json::array{json::object{{"role", "user"}, {"content", s.text}}}}}}});
+    std::string runs = thread + "/runs";
+    auto [ec, reply] =
+        co_await c.http->request(method_post, std::move(runs), std::move(body), s.timeout);
+    if (ec) {
+        r.error = "connection: " + ec.message();
+        co_return;
+    }
+    if (reply.status != 200) {
+        r.error = "runs_http_" + std::to_string(reply.status);
+        co_return;
+    }
+    r.accept_ms = ms_since(t0);
+    auto run = top_string(reply.body, "run_id");
+    if (run.empty()) {
+        r.error = "bad_response";
+        co_return;
+    }
+    std::string status;
+    if (s.mode == "langgraph-join") {
+        std::string target = thread + "/runs/" + run + "/join", none;
+        auto [jec, joined] =
+            co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+        ++r.polls;
+        if (jec || joined.status != 200) {
+            r.error =
+                jec ? "connection: " + jec.message() : "join_http_" + std::to_string(joined.status);
+            co_return;
+        }
+        // A failed run answers 200 too, with "__error__".
+        status = joined.body.find("\"__error__\"") == std::string::npos ? "success" : "error";
+    } else {
+        asio::steady_timer timer(c.executor);
+        for (milliseconds delay{0};; delay = std::clamp(delay * 2, milliseconds(1), milliseconds(20))) {
+            if (delay.count() > 0) {
+                timer.expires_after(delay);
+                co_await timer.async_wait(use_tuple);
+            }
+            std::string target = thread + "/runs/" + run, none;
+            auto [pec, polled] =
+                co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+            ++r.polls;
+            if (pec || polled.status != 200) {
+                r.error =
+                    pec ? "connection: " + pec.message() : "poll_http_" + std::to_string(polled.status);
+                co_return;
+            }
+            status = top_string(polled.body, "status");
+            if (status != "pending" && status != "running") break;
+        }
+        if (status == "success") {
+            // The run record has no output: the answer is the thread's state.
+            std::string target = thread + "/state", none;
+            auto [sec, state] =
+                co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+            ++r.polls;
+            if (sec || state.status != 200) {
+                r.error =
+                    sec ? "connection: " + sec.message() : "state_http_" + std::to_string(state.status);
+                co_return;
+            }
+        }
+    }
+    r.done_ms = ms_since(t0);
+    r.status = status == "success" ? "completed" : status;
+}
+
 asio::awaitable<void> client_loop(client& c, const load_settings& s, phase_state& ph, bool record) {
     for (;;) {
         if (ph.abort.load() || clock_type::now() >= ph.deadline || ph.claimed.fetch_add(1) >= ph.budget)
@@ -281,6 +389,8 @@ asio::awaitable<void> client_loop(client& c, const load_settings& s, phase_state
         turn_result r;
         if (s.mode == "ws") {
             co_await turn_ws(c, s, ph, r);
+        } else if (s.mode.starts_with("langgraph-")) {
+            co_await turn_langgraph(c, s, r);
         } else {
             auto t0 = clock_type::now();
             auto tid = co_await post_message(c, s, t0, r);
@@ -324,7 +434,7 @@ void run_phase(asio::io_context& ctx, std::vector<std::unique_ptr<client>>& clie
 namespace {
 load_settings parse_settings(const options& opt) {
     opt.only({"--url", "--clients", "--sessions", "--turns", "--seconds", "--mode", "--pid", "--text",
-              "--warmup", "--threads", "--timeout-ms", "--token"});
+              "--warmup", "--threads", "--timeout-ms", "--token", "--ws-events"});
     load_settings s;
     auto url = opt.text("--url", "http://127.0.0.1:8080");
     auto parsed = parse_http_url(url);
@@ -339,13 +449,20 @@ load_settings parse_settings(const options& opt) {
     s.mode = opt.text("--mode", "poll");
     s.text = opt.text("--text", "hello");
     s.token = opt.text("--token", "");
+    auto ws_events = opt.number("--ws-events", 0);
+    if (ws_events != 0 && ws_events != 1) throw std::invalid_argument("--ws-events: 0 or 1");
+    s.ws_events = ws_events == 1;
     s.timeout = milliseconds(static_cast<long>(opt.number("--timeout-ms", 60000)));
     if (s.clients < 1 || s.sessions < 1 || s.turns < 1 || s.seconds < 0 || s.threads < 1 ||
         s.timeout.count() < 1)
         throw std::invalid_argument("--clients, --sessions, --turns, --threads >= 1, --seconds >= 0");
     if (s.mode != "poll" && s.mode != "longpoll" && s.mode != "sync" && s.mode != "sse" &&
-        s.mode != "ws")
-        throw std::invalid_argument("--mode: poll, longpoll, sync, sse or ws");
+        s.mode != "ws" && s.mode != "langgraph-poll" && s.mode != "langgraph-join")
+        throw std::invalid_argument(
+            "--mode: poll, longpoll, sync, sse, ws, langgraph-poll or langgraph-join");
+    // A LangGraph thread takes one run at a time (a second is refused with 422): one per client.
+    if (s.mode.starts_with("langgraph-") && s.sessions != s.clients)
+        throw std::invalid_argument("--mode langgraph-*: --sessions must equal --clients");
     return s;
 }
 
@@ -365,8 +482,11 @@ int run_load(const options& opt) {
     // Preflight: a daemon that is not there is a usage problem, not 10,000 errors.
     http_connection probe(ctx.get_executor(), s.url.host, s.url.port);
     std::pair<error_code, http_reply> health;
+    // LangGraph's Agent Server answers its health at /ok.
+    const std::string health_path = s.url.path + (s.mode.starts_with("langgraph-") ? "/ok" : "/healthz");
     auto check = [&]() -> asio::awaitable<void> {
-        health = co_await probe.request(method_get, s.url.path + "/healthz", {}, milliseconds(5000));
+        std::string target = health_path;
+        health = co_await probe.request(method_get, std::move(target), {}, milliseconds(5000));
     };
     asio::co_spawn(ctx, check(), [](std::exception_ptr e) {
         if (e) std::rethrow_exception(e);
@@ -374,7 +494,7 @@ int run_load(const options& opt) {
     ctx.run();
     ctx.restart();
     if (health.first || health.second.status != 200) {
-        std::cerr << "baton-bench load: " << s.url.host << ":" << s.url.port << "/healthz: "
+        std::cerr << "baton-bench load: " << s.url.host << ":" << s.url.port << health_path << ": "
                   << (health.first ? health.first.message()
                                    : "HTTP " + std::to_string(health.second.status))
                   << "\n";
@@ -445,7 +565,7 @@ int run_load(const options& opt) {
               << " / " << fixed(acc.p99, 2) << " / " << fixed(acc.max, 2) << "\n";
     std::cout << "completion ms p50/p90/p99/max: " << fixed(done.p50, 2) << " / " << fixed(done.p90, 2)
               << " / " << fixed(done.p99, 2) << " / " << fixed(done.max, 2) << "\n";
-    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync")
+    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync" || s.mode.starts_with("langgraph-"))
         std::cout << "polls per turn: " << fixed(polls, 2) << " (max " << all.max_polls << ")\n";
     std::cout << "errors: " << errors << "\n";
     for (auto& [k, n] : all.errors)
@@ -472,7 +592,9 @@ int run_load(const options& opt) {
                      {"cpu_us_per_turn", nullptr},
                      {"rss_mb", nullptr},
                      {"rss_now_mb", nullptr}};
-    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync") out["polls_per_turn"] = polls;
+    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync" || s.mode.starts_with("langgraph-"))
+        out["polls_per_turn"] = polls;
+    if (s.mode == "ws") out["ws_events"] = s.ws_events;
     if (pid > 0 && daemon0.ok && daemon1.ok) {
         double cpu = turns > 0 ? static_cast<double>(daemon1.cpu_us - daemon0.cpu_us) / turns : 0;
         std::cout << "daemon (pid " << pid << "): " << fixed(cpu) << " cpu us/turn, rss "

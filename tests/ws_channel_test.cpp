@@ -116,6 +116,54 @@ BOOST_AUTO_TEST_CASE(accepted_comes_before_anything_of_its_turn) {
     BOOST_TEST(accepted == n);
 }
 
+// "events": false on a message or subscribe frame: the connection follows the session's replies
+// only (what a chat client needs: message, accepted, reply, ack); a later frame switches events
+// back on or off; anything but a boolean is refused.
+BOOST_AUTO_TEST_CASE(a_connection_can_follow_replies_only) {
+    daemon_fixture d;
+    auto ws = open_ws(d);
+    auto count_events = [&](const std::string& tid) {
+        int n = 0;
+        for (const auto& f : ws->seen)
+            if (string_at(f, "type") == "event" && string_at(f, "turn_id") == tid) ++n;
+        return n;
+    };
+    auto turn = [&](json::object frame) {
+        ws->send(frame);
+        auto tid = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+        auto reply = ws->read_until(frame_type("reply"));
+        BOOST_TEST(string_at(reply, "turn_id") == tid);
+        ws->send({{"type", "ack"}, {"key", string_at(reply, "key")}});
+        return tid;
+    };
+    auto quiet = message("r1", "one", "q-1");
+    quiet["events"] = false;
+    auto t1 = turn(quiet);
+    d.wait_for_turn(t1);
+    ws->barrier();
+    BOOST_TEST(count_events(t1) == 0);
+    // A message without "events" follows them again.
+    auto t2 = turn(message("r1", "two", "q-2"));
+    ws->read_until(event_named("turn.finished", t2));
+    BOOST_TEST(count_events(t2) > 2);
+    // A subscribe switches them off for the session; a bad value is refused and changes nothing.
+    ws->send({{"type", "subscribe"}, {"session", "r1"}, {"events", "no"}, {"id", "s-1"}});
+    auto bad = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(bad) == "invalid_request");
+    BOOST_TEST(string_at(bad, "id") == "s-1");
+    ws->send({{"type", "subscribe"}, {"session", "r1"}, {"events", false}});
+    auto again = message("r1", "three", "q-3");
+    again["events"] = false;
+    auto t3 = turn(again);
+    d.wait_for_turn(t3);
+    ws->barrier();
+    BOOST_TEST(count_events(t3) == 0);
+    auto bad_message = message("r1", "four", "q-4");
+    bad_message["events"] = 1;
+    ws->send(bad_message);
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
+}
+
 BOOST_AUTO_TEST_CASE(an_unacked_reply_is_sent_again_with_the_same_key_after_a_reconnect) {
     model_daemon d;
     d.model.push(fake_reply::completion("while you were away").after(std::chrono::milliseconds(500)));

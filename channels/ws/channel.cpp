@@ -3,6 +3,7 @@
 #include <baton/log.hpp>
 
 #include <algorithm>
+#include <utility>
 
 namespace baton::ws {
 
@@ -104,25 +105,38 @@ void channel::detach(const connection* c) {
         }
     }
     for (const auto& [sid, listener] : sessions)
-        rt_.events().unlisten(sid, listener);
+        if (listener != 0) rt_.events().unlisten(sid, listener);
 }
 
 asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
-                                         const session_ref& session) {
+                                         const session_ref& session, bool events) {
+    std::uint64_t dropped = 0; // a listener switched off, unlistened outside the lock
+    bool first = false;
     {
         std::lock_guard lock(mutex_);
         auto it = conns_.find(c.get());
         if (it == conns_.end()) co_return; // already gone
         auto& subs = it->second.sessions;
-        if (std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session; }))
-            co_return;
+        auto sub =
+            std::find_if(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session; });
         std::weak_ptr<connection> weak = c;
-        auto listener = rt_.events().listen(session, [weak](const turn_log& log, const event_ptr& e) {
-            if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
-        });
-        subs.emplace_back(session, listener);
-        by_session_[session.key()].push_back(weak);
+        auto listen = [&] {
+            return rt_.events().listen(session, [weak](const turn_log& log, const event_ptr& e) {
+                if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
+            });
+        };
+        if (sub == subs.end()) {
+            subs.emplace_back(session, events ? listen() : 0);
+            by_session_[session.key()].push_back(weak);
+            first = true;
+        } else if (events && sub->second == 0) {
+            sub->second = listen(); // followed already: only the events switch
+        } else if (!events) {
+            dropped = std::exchange(sub->second, 0);
+        }
     }
+    if (dropped != 0) rt_.events().unlisten(session, dropped);
+    if (!first) co_return;
     // Every reply of the session not acked yet, with its key (clients drop keys they have seen).
     store::outbox_filter unacked;
     unacked.statuses = {outbox_status::pending, outbox_status::sending};

@@ -58,10 +58,12 @@ public:
     void attach(const std::shared_ptr<connection>& c);
     void detach(const connection* c);
 
-    // `c` follows the session from now on (its turns' events and its replies), and is sent every
-    // reply of the session not yet acked. Subscribing again changes nothing.
+    // `c` follows the session from now on (its replies, and its turns' events unless `events` is
+    // false), and is sent every reply of the session not yet acked. Subscribing again only
+    // switches the events on or off.
     // Cancellation: none.
-    asio::awaitable<void> subscribe(const std::shared_ptr<connection>& c, const session_ref& session);
+    asio::awaitable<void> subscribe(const std::shared_ptr<connection>& c, const session_ref& session,
+                                    bool events = true);
 
     // Sends a stored reply to the session's subscribers.
     void deliver(const outbox_item& item);
@@ -74,7 +76,7 @@ private:
 
     struct attached {
         std::weak_ptr<connection> conn;
-        std::vector<std::pair<session_ref, std::uint64_t>> sessions; // with their event listeners
+        std::vector<std::pair<session_ref, std::uint64_t>> sessions; // with their event listeners (0: none)
     };
 
     runtime& rt_;

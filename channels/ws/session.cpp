@@ -15,6 +15,7 @@
 
 #include <deque>
 #include <mutex>
+#include <optional>
 
 namespace baton::ws {
 
@@ -187,6 +188,15 @@ std::string_view string_field(const json::object& f, std::string_view key) {
     return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
 }
 
+// A frame's "events": true when absent; nullopt when it is not a boolean.
+std::optional<bool> events_field(const json::object& f) {
+    auto* v = f.if_contains("events");
+    if (!v) return true;
+    if (!v->is_bool()) return std::nullopt;
+    return v->get_bool();
+}
+constexpr std::string_view bad_events = "events: expected true or false";
+
 template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std::string_view text) {
     boost::system::error_code ec;
     auto v = json::parse(text, ec);
@@ -209,7 +219,12 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
                              "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
             co_return;
         }
-        co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, sid));
+        auto events = events_field(f);
+        if (!events) {
+            send(error_frame(id, "invalid_request", bad_events));
+            co_return;
+        }
+        co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, sid), *events);
     } else if (type == "ack") {
         std::string key(string_field(f, "key"));
         if (key.empty()) {
@@ -256,8 +271,14 @@ asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std:
         }
         ar.agent = agent->get_string();
     }
-    // The sender follows its session: it sees the turn's events and gets the reply.
-    co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, ar.session_id));
+    auto events = events_field(f);
+    if (!events) {
+        send(error_frame(id, "invalid_request", bad_events));
+        co_return;
+    }
+    // The sender follows its session: it gets the reply, and sees the turn's events unless the
+    // frame said "events": false.
+    co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, ar.session_id), *events);
     // `accepted` goes out as soon as the message is stored (accept() calls this for every message
     // it accepts, replays included, while this frame waits for it), before the turn can start:
     // its events and reply, sent from other threads as they happen, always come after it.
