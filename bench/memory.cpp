@@ -65,7 +65,7 @@ int run_memory(const options& opt) {
     int sessions = static_cast<int>(opt.number("--sessions", 10000));
     int connections = static_cast<int>(opt.number("--connections", 10000));
     int concurrency = static_cast<int>(opt.number("--concurrency", 32));
-    milliseconds settle_time(static_cast<long>(opt.number("--settle-ms", 1000)));
+    milliseconds settle_time(static_cast<long>(opt.number("--settle-ms", 3000)));
     if (sessions < 1 || connections < 0 || concurrency < 1) {
         std::cerr << "baton-bench memory: --sessions >= 1, --connections >= 0, --concurrency >= 1\n";
         return 2;

@@ -6,9 +6,14 @@
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
@@ -24,6 +29,7 @@
 // ~0.3 MB more idle RSS). MALLOC_CONF in the environment adds to and overrides this.
 extern "C" {
 const char* malloc_conf = "percpu_arena:percpu";
+int mallctl(const char* name, void* oldp, std::size_t* oldlenp, void* newp, std::size_t newlen);
 }
 #endif
 
@@ -46,6 +52,32 @@ void tune_malloc() {
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
     mallopt(M_MMAP_THRESHOLD, 16 << 20);
 #endif
+}
+
+// Gives the pages the allocator holds freed back to the kernel. jemalloc keeps them (its decay)
+// until later allocations come by, which an idle daemon does not make: what starting (the config,
+// the migrations, recovery) or a burst of turns freed would stay resident for good.
+void release_freed_memory() {
+#ifdef BATON_JEMALLOC
+    // This thread's cache of freed blocks first, so that their pages can go too.
+    mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
+    mallctl("arena.4096.purge", nullptr, nullptr, nullptr, 0); // 4096: MALLCTL_ARENAS_ALL
+#elif defined(__GLIBC__)
+    malloc_trim(0);
+#endif
+}
+
+// Releases freed memory once the store has had no call for a whole tick after having had some:
+// within 1-2 s of the daemon going idle, never under load.
+void release_when_idle(asio::steady_timer& t, runtime& rt, std::uint64_t released, std::uint64_t seen) {
+    t.expires_after(std::chrono::seconds(1));
+    t.async_wait([&t, &rt, released, seen](const boost::system::error_code& ec) {
+        if (ec) return; // stopping
+        auto now = rt.store_calls();
+        bool idle_again = now == seen && now != released;
+        if (idle_again) release_freed_memory();
+        release_when_idle(t, rt, idle_again ? now : released, now);
+    });
 }
 
 std::string url_host(const tcp::endpoint& ep) {
@@ -110,12 +142,18 @@ int run_daemon(const serve_options& opts) {
                         {"storage", svc.config().storage.type == storage_config::kind::sqlite
                                         ? svc.config().storage.sqlite_path
                                         : "memory"}});
+    // What starting used and freed goes back at once; what turns free, when they stop.
+    release_freed_memory();
+    asio::steady_timer idle_release(asio::make_strand(ioc));
+    release_when_idle(idle_release, svc.runtime(), svc.runtime().store_calls(),
+                      svc.runtime().store_calls());
     asio::signal_set signals(ioc, SIGINT, SIGTERM);
     std::promise<int> stop_signal;
     signals.async_wait(
         [&](const boost::system::error_code& e, int sig) { stop_signal.set_value(e ? 0 : sig); });
     int sig = stop_signal.get_future().get();
     log::info("stopping", {{"signal", sig}});
+    asio::post(idle_release.get_executor(), [&] { idle_release.cancel(); });
     svc.async_stop(asio::use_future).get();
     stop_threads();
     log::info("stopped");
