@@ -130,8 +130,16 @@ BOOST_AUTO_TEST_CASE(held_requests_count_against_max_connections) {
     model_daemon d({}, false, {}, patient, json::object{{"server", {{"max_connections", 2}}}});
     d.model.push(fake_reply::completion("late").after(std::chrono::milliseconds(2500)));
     d.model.push(fake_reply::completion("second"));
-    auto tid = d.post("hello");
-    auto a = d.connect(), b = d.connect();
+    // The message goes over `a` itself: a connection of its own might still count against the
+    // limit (its close not yet seen by the daemon) when `b` connects.
+    auto a = d.connect();
+    BOOST_TEST_REQUIRE(
+        a.write(format_request("POST", "/v1/sessions/s1/messages", message_body("hello"))));
+    auto posted = a.read_response();
+    BOOST_TEST_REQUIRE(posted.has_value(), a.last_error());
+    BOOST_TEST_REQUIRE(posted->status == 202u, posted->body);
+    auto tid = string_at(body_object(*posted), "turn_id");
+    auto b = d.connect();
     BOOST_TEST_REQUIRE(a.write(format_request("GET", "/v1/turns/" + tid + "?wait=30")));
     BOOST_TEST_REQUIRE(
         b.write(format_request("POST", "/v1/sessions/s2/messages?wait=30", message_body("x"))));
