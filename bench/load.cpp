@@ -278,13 +278,24 @@ asio::awaitable<void> turn_ws(client& c, const load_settings& s, phase_state& ph
     }
 }
 
-// A top-level string of a JSON object's text, or "".
-std::string top_string(std::string_view text, std::string_view key) {
-    boost::system::error_code ec;
-    auto v = json::parse(text, ec);
-    if (ec || !v.is_object()) return {};
-    auto* f = v.get_object().if_contains(key);
-    return f && f->is_string() ? std::string(f->get_string()) : std::string();
+// Targets and bodies are named before each co_await below: temporaries in a co_await's arguments
+// trip g++ 12.
+// One request of a LangGraph turn: its answer when it is a 200; otherwise r.error is set
+// ("connection: ..." or KIND_http_STATUS) and the turn ends.
+asio::awaitable<std::optional<http_reply>> langgraph_request(client& c, const load_settings& s,
+                                                             std::string_view method, std::string target,
+                                                             std::string body, std::string_view kind,
+                                                             turn_result& r) {
+    auto [ec, reply] = co_await c.http->request(method, std::move(target), std::move(body), s.timeout);
+    if (ec) {
+        r.error = "connection: " + ec.message();
+        co_return std::nullopt;
+    }
+    if (reply.status != 200) {
+        r.error = std::string(kind) + "_http_" + std::to_string(reply.status);
+        co_return std::nullopt;
+    }
+    co_return std::move(reply);
 }
 
 // One turn on LangGraph's Agent Server (bench/peers/langgraph), through its own API: the client's
@@ -296,15 +307,11 @@ std::string top_string(std::string_view text, std::string_view key) {
 asio::awaitable<void> turn_langgraph(client& c, const load_settings& s, turn_result& r) {
     auto t0 = clock_type::now();
     if (c.lg_thread.empty()) {
-        std::string none = "{}", target = s.url.path + "/threads";
-        auto [ec, reply] =
-            co_await c.http->request(method_post, std::move(target), std::move(none), s.timeout);
-        if (ec || reply.status != 200) {
-            r.error =
-                ec ? "connection: " + ec.message() : "threads_http_" + std::to_string(reply.status);
-            co_return;
-        }
-        c.lg_thread = top_string(reply.body, "thread_id");
+        std::string target = s.url.path + "/threads", none = "{}";
+        auto made = co_await langgraph_request(c, s, method_post, std::move(target), std::move(none),
+                                               "threads", r);
+        if (!made) co_return;
+        c.lg_thread = json_field(made->body, "thread_id");
         if (c.lg_thread.empty()) {
             r.error = "bad_response";
             co_return;
@@ -317,18 +324,11 @@ asio::awaitable<void> turn_langgraph(client& c, const load_settings& s, turn_res
         {"input",
          json::object{{"messages", json::array{json::object{{"role", "user"}, {"content", s.text}}}}}}});
     std::string runs = thread + "/runs";
-    auto [ec, reply] =
-        co_await c.http->request(method_post, std::move(runs), std::move(body), s.timeout);
-    if (ec) {
-        r.error = "connection: " + ec.message();
-        co_return;
-    }
-    if (reply.status != 200) {
-        r.error = "runs_http_" + std::to_string(reply.status);
-        co_return;
-    }
+    auto created =
+        co_await langgraph_request(c, s, method_post, std::move(runs), std::move(body), "runs", r);
+    if (!created) co_return;
     r.accept_ms = ms_since(t0);
-    auto run = top_string(reply.body, "run_id");
+    auto run = json_field(created->body, "run_id");
     if (run.empty()) {
         r.error = "bad_response";
         co_return;
@@ -336,16 +336,12 @@ asio::awaitable<void> turn_langgraph(client& c, const load_settings& s, turn_res
     std::string status;
     if (s.mode == "langgraph-join") {
         std::string target = thread + "/runs/" + run + "/join", none;
-        auto [jec, joined] =
-            co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+        auto joined =
+            co_await langgraph_request(c, s, method_get, std::move(target), std::move(none), "join", r);
         ++r.polls;
-        if (jec || joined.status != 200) {
-            r.error =
-                jec ? "connection: " + jec.message() : "join_http_" + std::to_string(joined.status);
-            co_return;
-        }
+        if (!joined) co_return;
         // A failed run answers 200 too, with "__error__".
-        status = joined.body.find("\"__error__\"") == std::string::npos ? "success" : "error";
+        status = joined->body.find("\"__error__\"") == std::string::npos ? "success" : "error";
     } else {
         asio::steady_timer timer(c.executor);
         for (milliseconds delay{0};; delay = std::clamp(delay * 2, milliseconds(1), milliseconds(20))) {
@@ -354,28 +350,20 @@ asio::awaitable<void> turn_langgraph(client& c, const load_settings& s, turn_res
                 co_await timer.async_wait(use_tuple);
             }
             std::string target = thread + "/runs/" + run, none;
-            auto [pec, polled] =
-                co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+            auto polled = co_await langgraph_request(c, s, method_get, std::move(target),
+                                                     std::move(none), "poll", r);
             ++r.polls;
-            if (pec || polled.status != 200) {
-                r.error =
-                    pec ? "connection: " + pec.message() : "poll_http_" + std::to_string(polled.status);
-                co_return;
-            }
-            status = top_string(polled.body, "status");
+            if (!polled) co_return;
+            status = json_field(polled->body, "status");
             if (status != "pending" && status != "running") break;
         }
         if (status == "success") {
             // The run record has no output: the answer is the thread's state.
             std::string target = thread + "/state", none;
-            auto [sec, state] =
-                co_await c.http->request(method_get, std::move(target), std::move(none), s.timeout);
+            auto state = co_await langgraph_request(c, s, method_get, std::move(target), std::move(none),
+                                                    "state", r);
             ++r.polls;
-            if (sec || state.status != 200) {
-                r.error =
-                    sec ? "connection: " + sec.message() : "state_http_" + std::to_string(state.status);
-                co_return;
-            }
+            if (!state) co_return;
         }
     }
     r.done_ms = ms_since(t0);
@@ -565,8 +553,9 @@ int run_load(const options& opt) {
               << " / " << fixed(acc.p99, 2) << " / " << fixed(acc.max, 2) << "\n";
     std::cout << "completion ms p50/p90/p99/max: " << fixed(done.p50, 2) << " / " << fixed(done.p90, 2)
               << " / " << fixed(done.p99, 2) << " / " << fixed(done.max, 2) << "\n";
-    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync" || s.mode.starts_with("langgraph-"))
-        std::cout << "polls per turn: " << fixed(polls, 2) << " (max " << all.max_polls << ")\n";
+    const bool polled =
+        s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync" || s.mode.starts_with("langgraph-");
+    if (polled) std::cout << "polls per turn: " << fixed(polls, 2) << " (max " << all.max_polls << ")\n";
     std::cout << "errors: " << errors << "\n";
     for (auto& [k, n] : all.errors)
         std::cout << "  " << k << ": " << n << "\n";
@@ -592,8 +581,7 @@ int run_load(const options& opt) {
                      {"cpu_us_per_turn", nullptr},
                      {"rss_mb", nullptr},
                      {"rss_now_mb", nullptr}};
-    if (s.mode == "poll" || s.mode == "longpoll" || s.mode == "sync" || s.mode.starts_with("langgraph-"))
-        out["polls_per_turn"] = polls;
+    if (polled) out["polls_per_turn"] = polls;
     if (s.mode == "ws") out["ws_events"] = s.ws_events;
     if (pid > 0 && daemon0.ok && daemon1.ok) {
         double cpu = turns > 0 ? static_cast<double>(daemon1.cpu_us - daemon0.cpu_us) / turns : 0;

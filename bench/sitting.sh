@@ -46,35 +46,30 @@ case " $modes " in *" langgraph-"*) "$root/scripts/ensure-node" "$root/bench/pee
 
 start_mock "$build/baton-bench"
 
-# One load run against a server started by the function given; prints its JSON line.
-baton_run() { # mode round
-    local mode=$1 n=$2 data="$work/data-$1-$2"
-    "$build/baton" serve --config "$work/baton.json" --listen 127.0.0.1:0 --data "$data" \
-        ${threads:+--threads "$threads"} >"$work/d.out" 2>"$work/d.log" &
-    local pid=$!
+# Drives the server PID (which printed its URL into OUT) with MODE for W + N turns, stops it,
+# removes DIR, and prints the load generator's JSON line.
+load_and_stop() { # out pid mode turns warmup dir
     local url line
-    url=$(wait_url "$work/d.out")
-    line=$("$build/baton-bench" load --url "$url" --clients 50 --sessions 50 --turns "$turns" \
-        --warmup "$warmup" --mode "$mode" --pid "$pid" | tail -1)
-    kill -TERM "$pid"
-    wait "$pid" || true
-    rm -rf "$data"
+    url=$(wait_url "$1")
+    line=$("$build/baton-bench" load --url "$url" --clients 50 --sessions 50 --turns "$4" \
+        --warmup "$5" --mode "$3" --pid "$2" | tail -1)
+    kill -TERM "$2"
+    wait "$2" || true
+    rm -rf "$6"
     echo "$line"
 }
+baton_run() { # mode round
+    local data="$work/data-$1-$2"
+    "$build/baton" serve --config "$work/baton.json" --listen 127.0.0.1:0 --data "$data" \
+        ${threads:+--threads "$threads"} >"$work/d.out" 2>"$work/d.log" &
+    load_and_stop "$work/d.out" $! "$1" "$turns" "$warmup" "$data"
+}
 langgraph_run() { # mode round
-    local mode=$1 state="$work/lg-$2"
+    local state="$work/lg-$2"
     mkdir -p "$state"
     node "$root/bench/peers/langgraph/server.mjs" --port 0 --model-url "$mock_url/v1" \
         --state-dir "$state" --persist 0 >"$work/lg.out" 2>"$work/lg.log" &
-    local pid=$!
-    local url line
-    url=$(wait_url "$work/lg.out")
-    line=$("$build/baton-bench" load --url "$url" --clients 50 --sessions 50 --turns "$peer_turns" \
-        --warmup "$peer_warmup" --mode "$mode" --pid "$pid" | tail -1)
-    kill -TERM "$pid"
-    wait "$pid" || true
-    rm -rf "$state"
-    echo "$line"
+    load_and_stop "$work/lg.out" $! "$1" "$peer_turns" "$peer_warmup" "$state"
 }
 
 : >"$work/runs"

@@ -80,6 +80,9 @@ private:
     static asio::awaitable<void> write_loop(std::shared_ptr<session> self);
     asio::awaitable<void> handle(std::string_view text);
     asio::awaitable<void> on_message(const json::object& f, std::string_view id);
+    // Follows the session with the frame's "events" (true when absent); false, after an error
+    // frame, when "events" is not a boolean.
+    asio::awaitable<bool> follow(const json::object& f, std::string_view id, const std::string& sid);
 
     channel& ch_;
     std::shared_ptr<void> slot_; // this connection's place among max_connections
@@ -195,7 +198,6 @@ std::optional<bool> events_field(const json::object& f) {
     if (!v->is_bool()) return std::nullopt;
     return v->get_bool();
 }
-constexpr std::string_view bad_events = "events: expected true or false";
 
 template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std::string_view text) {
     boost::system::error_code ec;
@@ -219,12 +221,7 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
                              "session: 1-128 characters of A-Z a-z 0-9 . _ : @ -"));
             co_return;
         }
-        auto events = events_field(f);
-        if (!events) {
-            send(error_frame(id, "invalid_request", bad_events));
-            co_return;
-        }
-        co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, sid), *events);
+        co_await follow(f, id, sid);
     } else if (type == "ack") {
         std::string key(string_field(f, "key"));
         if (key.empty()) {
@@ -246,6 +243,18 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
                                       : "unknown type " + std::string(type) +
                                             "; expected message, subscribe, ack, cancel or ping"));
     }
+}
+
+template <class NextLayer>
+asio::awaitable<bool> session<NextLayer>::follow(const json::object& f, std::string_view id,
+                                                 const std::string& sid) {
+    auto events = events_field(f);
+    if (!events) {
+        send(error_frame(id, "invalid_request", "events: expected true or false"));
+        co_return false;
+    }
+    co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, sid), *events);
+    co_return true;
 }
 
 template <class NextLayer>
@@ -271,14 +280,9 @@ asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std:
         }
         ar.agent = agent->get_string();
     }
-    auto events = events_field(f);
-    if (!events) {
-        send(error_frame(id, "invalid_request", bad_events));
-        co_return;
-    }
     // The sender follows its session: it gets the reply, and sees the turn's events unless the
     // frame said "events": false.
-    co_await ch_.subscribe(this->shared_from_this(), session_ref(who_.tenant, ar.session_id), *events);
+    if (!co_await follow(f, id, ar.session_id)) co_return;
     // `accepted` goes out as soon as the message is stored (accept() calls this for every message
     // it accepts, replays included, while this frame waits for it), before the turn can start:
     // its events and reply, sent from other threads as they happen, always come after it.
