@@ -3,6 +3,7 @@
 // (durability, schema versioning, open errors) are in the store_sqlite suite at the end.
 #include <baton/store.hpp>
 
+#include "tests/pg_test.hpp"
 #include "src/store/sqlite_schema.hpp"
 
 #include <boost/test/data/monomorphic.hpp>
@@ -12,6 +13,8 @@
 #include <sqlite3.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -42,18 +45,37 @@ struct temp_dir {
     std::string db_path() const { return (root / "data" / "baton.db").string(); }
 };
 
-std::unique_ptr<store> open_store(const std::string& kind, const temp_dir& dir) {
+using test::pg_schema;
+using test::test_pg;
+
+std::unique_ptr<store> open_store(const std::string& kind, const temp_dir& dir,
+                                  const std::optional<pg_schema>& schema = std::nullopt) {
     if (kind == "memory") return make_memory_store();
+    if (kind == "postgres") return make_postgres_store({.conninfo = schema->conninfo()});
     return make_sqlite_store({.path = dir.db_path(), .synchronous = "normal"});
 }
 
 struct store_fixture {
     temp_dir dir;
+    std::optional<pg_schema> schema;
     std::unique_ptr<store> s;
-    explicit store_fixture(const std::string& kind) : s(open_store(kind, dir)) {}
+    explicit store_fixture(const std::string& kind)
+        : schema(kind == "postgres" ? std::optional<pg_schema>(std::in_place) : std::nullopt),
+          s(open_store(kind, dir, schema)) {}
 };
 
-const std::vector<std::string> kinds{"memory", "sqlite"};
+std::vector<std::string> store_kinds() {
+    std::vector<std::string> k{"memory", "sqlite"};
+    if (!test_pg().empty())
+        k.push_back("postgres");
+    else
+        std::fprintf(stderr, "store conformance: BATON_TEST_PG is not set, the PostgreSQL store "
+                             "is not tested (scripts/test starts a cluster when PostgreSQL is "
+                             "installed)\n");
+    return k;
+}
+
+const std::vector<std::string> kinds = store_kinds();
 
 turn_record make_turn(std::string turn_id, std::string session_id) {
     turn_record t;

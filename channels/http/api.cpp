@@ -100,7 +100,7 @@ reply error_reply(errc code, std::string_view message) {
     reply r = json_reply(http_status(code),
                          json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
     if (code == errc::session_queue_full || code == errc::overloaded || code == errc::websocket_full ||
-        code == errc::rate_limited || code == errc::quota_exceeded)
+        code == errc::rate_limited || code == errc::quota_exceeded || code == errc::store_unavailable)
         r.headers.emplace_back("Retry-After", "1");
     return r;
 }
@@ -174,8 +174,10 @@ asio::awaitable<reply> api::handle(const request_view& req) {
     case route_id::healthz:
         co_return json_reply(200, json::object{{"status", "ok"}});
     case route_id::readyz:
-        if (ready_()) co_return json_reply(200, json::object{{"status", "ok"}});
-        co_return error_reply(errc::draining, "not ready: starting or draining");
+        if (!ready_()) co_return error_reply(errc::draining, "not ready: starting or draining");
+        if (auto why = rt_.store_unavailable())
+            co_return error_reply(errc::store_unavailable, "not ready: " + *why);
+        co_return json_reply(200, json::object{{"status", "ok"}});
     case route_id::metrics:
         co_return co_await metrics_page();
     case route_id::web_page: {

@@ -112,6 +112,10 @@ struct storage_config {
     std::string sqlite_path = "var/baton.db";
     std::string sqlite_synchronous = "normal";
     std::string postgres_conninfo;
+    std::string postgres_conninfo_env; // the environment variable holding the conninfo
+    std::int64_t postgres_pool_size = 4;
+    milliseconds postgres_connect_timeout{5000};
+    milliseconds postgres_query_timeout{30000};
 };
 
 struct webhook_target {

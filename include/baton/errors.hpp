@@ -37,6 +37,7 @@ enum class errc {
     rate_limited,          // 429: the tenant's turns_per_minute
     quota_exceeded,        // 429: the tenant's tokens_per_day
     too_many_connections,  // "overloaded", 503: server.max_connections or the per-address cap
+    store_unavailable,     // 503: the store's database is unreachable (Retry-After: 1)
 };
 
 const boost::system::error_category& baton_category() noexcept;

@@ -163,6 +163,8 @@ public:
     // (wait_turn with `up_to`) are answered at once with the record as it stands.
     asio::awaitable<void> drain(std::chrono::milliseconds grace);
     bool draining() const { return draining_.load(); }
+    // Why the store cannot serve now, or nullopt (store::unavailable; /readyz).
+    std::optional<std::string> store_unavailable() const;
     std::size_t running_turns() const { return running_.load(); }
     // Session actors in memory (busy or with queued messages); idle ones are evicted.
     std::size_t live_sessions() const;

@@ -10,9 +10,11 @@
 #include <baton/types.hpp>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,9 +49,22 @@ struct turn_end {
     std::vector<outbox_item> outbox;   // added unless their key exists
 };
 
+// Thrown by a store that cannot reach its database (PostgreSQL down or restarting, a lost
+// connection, no free connection in time). Nothing of the failed call is stored, or, when the
+// connection was lost after the call was sent, it may be: the API answers 503 store_unavailable,
+// and a client retries with the same Idempotency-Key.
+class store_unavailable : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 class store {
 public:
     virtual ~store() = default;
+
+    // Why the store cannot serve now (its database is unreachable), or nullopt: /readyz answers
+    // 503 store_unavailable meanwhile. Cheap: it reports what the store last saw, never blocks.
+    virtual std::optional<std::string> unavailable() const { return std::nullopt; }
 
     // True when calls may block (disk); the runtime then runs them on its store thread.
     virtual bool blocking() const = 0;
@@ -150,5 +165,23 @@ struct sqlite_options {
     std::string synchronous = "normal"; // off | normal | full
 };
 std::unique_ptr<store> make_sqlite_store(const sqlite_options& opts);
+
+// PostgreSQL (docs/design.md "PostgreSQL"): libpq, loaded at the first open, runs non-blocking on
+// the store's own event loop over a pool of connections; the schema is migrated at open, once
+// across nodes. The conninfo is libpq's (keywords or a postgres:// URI); `baton serve` refuses one
+// that names a password in its config file (libpq takes it from PGPASSWORD or ~/.pgpass). Throws std::invalid_argument for bad options, std::runtime_error
+// when the database cannot be reached or migrated.
+struct postgres_options {
+    std::string conninfo;
+    std::size_t pool_size = 4;                        // connections at most
+    std::chrono::milliseconds connect_timeout{5000};  // one connection attempt
+    std::chrono::milliseconds query_timeout{30000};   // one round trip; then the connection is closed
+    std::chrono::milliseconds acquire_timeout{10000}; // waiting for a free connection
+    std::chrono::milliseconds probe_interval{1000};   // the health probe (unavailable())
+    // One node per database (schema): the store holds an advisory lock of its schema while it is
+    // open, and refuses to open (or to serve, once it lost the lock) beside another holder.
+    bool exclusive = true;
+};
+std::unique_ptr<store> make_postgres_store(const postgres_options& opts);
 
 } // namespace baton

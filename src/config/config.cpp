@@ -168,8 +168,19 @@ void read_storage(config_errors& e, const json::value& v, storage_config& out) {
     }
     if (const json::value* p = o.find("postgres")) {
         out.type = storage_config::kind::postgres;
-        object_reader po(e, *p, o.path("postgres"), {"conninfo"});
-        if (po.require("conninfo")) po.read_text("conninfo", out.postgres_conninfo);
+        object_reader po(e, *p, o.path("postgres"),
+                         {"conninfo", "conninfo_env", "pool_size", "connect_timeout_ms",
+                          "query_timeout_ms"});
+        if (po.has("conninfo") == po.has("conninfo_env"))
+            po.fail("", "expected exactly one of conninfo, conninfo_env");
+        if (po.read_text("conninfo", out.postgres_conninfo) &&
+            detail::conninfo_names_password(out.postgres_conninfo))
+            po.fail("conninfo", "names a password; give it in PGPASSWORD or ~/.pgpass (or the whole "
+                                "conninfo through conninfo_env)");
+        po.read_text("conninfo_env", out.postgres_conninfo_env);
+        po.read("pool_size", out.postgres_pool_size, 1, 1000);
+        po.read("connect_timeout_ms", out.postgres_connect_timeout);
+        po.read("query_timeout_ms", out.postgres_query_timeout);
     }
     if (const json::value* m = o.find("memory")) {
         out.type = storage_config::kind::memory;

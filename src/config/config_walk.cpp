@@ -277,6 +277,32 @@ const json::array* object_reader::array(std::string_view key) const {
     return v == nullptr ? nullptr : as_array(errors_, *v, path(key));
 }
 
+bool conninfo_names_password(std::string_view c) {
+    for (std::string_view scheme : {"postgresql://", "postgres://"}) {
+        if (!c.starts_with(scheme)) continue;
+        auto rest = c.substr(scheme.size());
+        auto authority = rest.substr(0, rest.find_first_of("/?"));
+        auto at = authority.rfind('@');
+        if (at != std::string_view::npos && authority.substr(0, at).find(':') != std::string_view::npos)
+            return true;
+        auto query = rest.find('?');
+        if (query == std::string_view::npos) return false;
+        for (auto params = rest.substr(query + 1); !params.empty();) {
+            auto amp = params.find('&');
+            if (params.substr(0, amp).starts_with("password=")) return true;
+            params = amp == std::string_view::npos ? std::string_view{} : params.substr(amp + 1);
+        }
+        return false;
+    }
+    // Keywords: `password`, then optional spaces and `=`, at the start or after a space.
+    for (std::size_t i = c.find("password"); i != std::string_view::npos; i = c.find("password", i + 1)) {
+        if (i > 0 && c[i - 1] != ' ' && c[i - 1] != '\t' && c[i - 1] != '\n') continue;
+        auto j = c.find_first_not_of(" \t", i + 8);
+        if (j != std::string_view::npos && c[j] == '=') return true;
+    }
+    return false;
+}
+
 bool is_http_url(std::string_view s) {
     constexpr std::string_view schemes[] = {"http://", "https://"};
     return std::any_of(std::begin(schemes), std::end(schemes), [s](std::string_view scheme) {

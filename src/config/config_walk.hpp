@@ -78,6 +78,9 @@ private:
 };
 
 bool is_http_url(std::string_view s);
+// True when a libpq conninfo (keywords, or a postgres:// URI) names a password: a `password`
+// keyword or query parameter, or user:password@ in the URI.
+bool conninfo_names_password(std::string_view conninfo);
 // An IP:PORT (as is_listen_address) on a loopback address: 127.0.0.0/8, [::1] or localhost.
 bool is_loopback_listen(std::string_view s);
 bool is_listen_address(std::string_view s); // HOST:PORT, port 0..65535, IPv6 hosts in brackets

@@ -59,6 +59,8 @@ entry lookup(errc e) {
         return {"quota_exceeded", 429};
     case errc::too_many_connections:
         return {"overloaded", 503};
+    case errc::store_unavailable:
+        return {"store_unavailable", 503};
     }
     return {"internal_error", 500};
 }

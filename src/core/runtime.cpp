@@ -180,6 +180,10 @@ std::uint64_t runtime::store_batches() const {
     return fw_.db().batches();
 }
 
+std::optional<std::string> runtime::store_unavailable() const {
+    return fw_.db().store().unavailable();
+}
+
 asio::awaitable<store::outbox_counts> runtime::count_outbox() {
     auto count = [](store& s) { return s.count_outbox(); };
     co_return co_await fw_.db().run(std::move(count));
@@ -789,6 +793,10 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         log::error("cannot store a message", {{"session_id", rec.session_id}, {"error", e.what()}});
         impl_->actors.release(*actor, slot);
         impl_->kick(actor);
+        if (dynamic_cast<const baton::store_unavailable*>(&e))
+            co_return api_error{errc::store_unavailable,
+                                "the database is unreachable: the message was not accepted (retry "
+                                "with the same Idempotency-Key)"};
         co_return api_error{errc::internal_error, "the message could not be stored"};
     }
     if (stored.outcome != insert_outcome::inserted) {

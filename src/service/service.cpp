@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <stdexcept>
@@ -37,9 +38,21 @@ std::shared_ptr<store> open_store(const config& cfg) {
     switch (cfg.storage.type) {
     case storage_config::kind::memory:
         return make_memory_store();
-    case storage_config::kind::postgres:
-        throw std::invalid_argument(
-            "storage.postgres: PostgreSQL storage is not available in this build");
+    case storage_config::kind::postgres: {
+        postgres_options o;
+        o.conninfo = cfg.storage.postgres_conninfo;
+        if (!cfg.storage.postgres_conninfo_env.empty()) {
+            const char* v = std::getenv(cfg.storage.postgres_conninfo_env.c_str());
+            if (!v || !*v)
+                throw std::invalid_argument("storage.postgres.conninfo_env: the environment variable " +
+                                            cfg.storage.postgres_conninfo_env + " is not set");
+            o.conninfo = v;
+        }
+        o.pool_size = static_cast<std::size_t>(cfg.storage.postgres_pool_size);
+        o.connect_timeout = cfg.storage.postgres_connect_timeout;
+        o.query_timeout = cfg.storage.postgres_query_timeout;
+        return make_postgres_store(o);
+    }
     case storage_config::kind::sqlite:
         break;
     }

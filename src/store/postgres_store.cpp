@@ -1,0 +1,904 @@
+// The PostgreSQL store. Its calls are synchronous (the store interface's), made from the store
+// runner's thread or any other; each one hands its queries to the store's own Asio loop, where
+// libpq runs non-blocking on a pool of connections, and waits for the answer. A call's statements
+// go out as one pipeline: one round trip, one implicit transaction. A group commit (begin_batch,
+// end_batch) is one explicit transaction on one connection, each call in it a savepoint whose
+// SAVEPOINT and RELEASE travel in the call's own pipeline.
+#include <baton/json_text.hpp>
+#include <baton/log.hpp>
+#include <baton/store.hpp>
+
+#include "src/store/pg_connection.hpp"
+#include "src/store/postgres_schema.hpp"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace baton {
+namespace {
+
+namespace asio = boost::asio;
+using detail::pg_connection;
+using detail::pg_error;
+using detail::pg_query;
+using detail::pg_result;
+using param = std::optional<std::string>;
+using clock = std::chrono::steady_clock;
+
+param p(const std::string& s) {
+    return s;
+}
+param p(std::string_view s) {
+    return std::string(s);
+}
+param p(std::int64_t v) {
+    return std::to_string(v);
+}
+param p(bool v) {
+    return std::string(v ? "1" : "0");
+}
+param p(const std::optional<std::string>& s) {
+    return s;
+}
+param p(const std::optional<std::int64_t>& v) {
+    return v ? param(std::to_string(*v)) : std::nullopt;
+}
+param limit_param(std::size_t limit) {
+    return p(static_cast<std::int64_t>(std::min<std::size_t>(
+        limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()))));
+}
+
+json::value parse_json(const std::string& text, const char* column) {
+    std::error_code ec;
+    auto v = json::parse(text, ec);
+    if (ec) throw std::runtime_error(std::string("postgres: corrupt JSON in column ") + column);
+    return v;
+}
+json::object parse_object(const std::string& text, const char* column) {
+    auto v = parse_json(text, column);
+    if (!v.is_object())
+        throw std::runtime_error(std::string("postgres: expected a JSON object in ") + column);
+    return std::move(v.as_object());
+}
+
+const std::string turn_columns =
+    "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
+    "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
+    "finished_at, refusal, attempt, side_effects";
+const std::string tape_columns = "id, kind, payload, created_at, turn_id";
+const std::string outbox_columns =
+    "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, attempts, uncertain, "
+    "created_at, updated_at, next_attempt_at, coalesce(last_error, '')";
+
+// The statements, prepared on each connection at first use; `stmt` names their index.
+enum stmt : int {
+    find_idem,
+    touch_session_for_turn,
+    insert_turn_row,
+    mark_running_row,
+    mark_side_effects_row,
+    finish_turn_row,
+    save_state_rows,
+    get_turn_row,
+    get_session_row,
+    read_tape_rows,
+    tape_tail_rows,
+    unfinished_rows,
+    add_outbox_row,
+    update_outbox_row,
+    get_cursor_row,
+    set_cursor_row,
+    get_outbox_row,
+    list_outbox_rows,
+    usage_rows,
+    count_outbox_rows,
+    stmt_count
+};
+
+detail::pg_statement_table make_statements() {
+    detail::pg_statement_table t;
+    t.sql.resize(stmt_count);
+    t.sql[find_idem] = "SELECT turn_id, idem_fingerprint FROM turns WHERE tenant = $1 AND idem_key = $2";
+    t.sql[touch_session_for_turn] =
+        "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
+        "VALUES ($1, $2, $3, 1, $4, $5) ON CONFLICT (tenant, session_id) DO UPDATE SET "
+        "turns = sessions.turns + 1, last_turn_id = excluded.last_turn_id";
+    t.sql[insert_turn_row] =
+        "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
+        "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
+        "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
+        "$19, $20, $21)";
+    t.sql[mark_running_row] = "UPDATE turns SET status = 'running', started_at = $2, "
+                              "attempt = attempt + 1 WHERE turn_id = $1";
+    t.sql[mark_side_effects_row] = "UPDATE turns SET side_effects = 1 WHERE turn_id = $1";
+    t.sql[finish_turn_row] =
+        "UPDATE turns SET status = $2, reply = $3, steps = $4, prompt_tokens = $5, "
+        "completion_tokens = $6, error_code = $7, error_message = $8, started_at = $9, "
+        "finished_at = $10, refusal = $11, attempt = $12 WHERE turn_id = $1";
+    // One statement: the session row (created when missing) takes the entries' ids and the new
+    // state, and the entries go in under those ids. $5: a JSON array of [kind, payload, turn_id,
+    // created_at]; the row lock on the session orders concurrent saves.
+    t.sql[save_state_rows] =
+        "WITH s AS (INSERT INTO sessions (tenant, session_id, agent, created_at, tape_next, state) "
+        "VALUES ($1, $2, 'default', $3, 1 + $4, coalesce($6, '{}')) "
+        "ON CONFLICT (tenant, session_id) DO UPDATE SET tape_next = sessions.tape_next + $4, "
+        "state = coalesce($6, sessions.state) RETURNING tape_next - $4 AS base), "
+        "e AS (INSERT INTO tape (tenant, session_id, id, kind, payload, turn_id, created_at) "
+        "SELECT $1, $2, s.base + x.ord - 1, x.v->>0, x.v->>1, x.v->>2, (x.v->>3)::bigint "
+        "FROM s, json_array_elements($5::json) WITH ORDINALITY AS x(v, ord)) "
+        "SELECT base FROM s";
+    t.sql[get_turn_row] = "SELECT " + turn_columns + " FROM turns WHERE turn_id = $1";
+    t.sql[get_session_row] = "SELECT session_id, tenant, agent, turns, last_turn_id, state, created_at "
+                             "FROM sessions WHERE tenant = $2 AND session_id = $1";
+    t.sql[read_tape_rows] = "SELECT " + tape_columns +
+                            " FROM tape WHERE tenant = $4 AND session_id = $1 AND id > $2 "
+                            "ORDER BY id LIMIT $3";
+    t.sql[tape_tail_rows] = "SELECT * FROM (SELECT " + tape_columns +
+                            " FROM tape WHERE tenant = $3 AND session_id = $1 ORDER BY id DESC "
+                            "LIMIT $2) last ORDER BY id";
+    t.sql[unfinished_rows] = "SELECT " + turn_columns +
+                             " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq";
+    t.sql[add_outbox_row] =
+        "INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, status, "
+        "attempts, uncertain, created_at, updated_at, tenant) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
+        "$9, $10, $11, $11, $12) ON CONFLICT (key) DO NOTHING";
+    t.sql[update_outbox_row] = "UPDATE outbox SET status = $2, attempts = $3, uncertain = $4, "
+                               "updated_at = $5, next_attempt_at = $6, last_error = nullif($7, '') "
+                               "WHERE key = $1";
+    t.sql[get_cursor_row] = "SELECT value FROM cursors WHERE name = $1";
+    t.sql[set_cursor_row] = "INSERT INTO cursors (name, value, updated_at) VALUES ($1, $2, $3) "
+                            "ON CONFLICT (name) DO UPDATE SET value = excluded.value, "
+                            "updated_at = excluded.updated_at";
+    t.sql[get_outbox_row] = "SELECT " + outbox_columns + " FROM outbox WHERE key = $1";
+    // Empty filter values match everything; $4 is a text array of statuses.
+    t.sql[list_outbox_rows] = "SELECT " + outbox_columns +
+                              " FROM outbox WHERE ($1 = '' OR channel = $1) AND ($2 = '' OR "
+                              "session_id = $2) AND ($3 = 0 OR uncertain = 1) AND "
+                              "(cardinality($4::text[]) = 0 OR status = ANY($4::text[])) AND "
+                              "($6 = '' OR tenant = $6) ORDER BY seq LIMIT $5";
+    t.sql[usage_rows] = "SELECT tenant, finished_at / 86400000 AS day, count(*), sum(prompt_tokens), "
+                        "sum(completion_tokens) FROM turns WHERE ($1 = '' OR tenant = $1) AND "
+                        "finished_at IS NOT NULL AND finished_at >= $2 GROUP BY tenant, day "
+                        "ORDER BY tenant, day";
+    t.sql[count_outbox_rows] = "SELECT status, count(*), count(*) FILTER (WHERE uncertain <> 0) "
+                               "FROM outbox GROUP BY status";
+    return t;
+}
+
+pg_query q(int s, std::vector<param> params = {}) {
+    return pg_query{s, {}, std::move(params)};
+}
+pg_query sql(std::string text) {
+    return pg_query{-1, std::move(text), {}};
+}
+
+turn_record read_turn(const pg_result& r, int row) {
+    turn_record t;
+    t.turn_id = r.text(row, 0);
+    t.session_id = r.text(row, 1);
+    t.agent = r.text(row, 2);
+    t.tenant = r.text(row, 3);
+    auto status = r.text(row, 4);
+    auto st = parse_turn_status(status);
+    if (!st) throw std::runtime_error("postgres: unknown turn status '" + status + "'");
+    t.status = *st;
+    t.input.text = r.text(row, 5);
+    t.input.channel = r.text(row, 6);
+    t.input.metadata = parse_object(r.text(row, 7), "metadata");
+    t.input.deliver = r.is_null(row, 8) ? json::value(nullptr) : parse_json(r.text(row, 8), "deliver");
+    t.reply = r.opt_text(row, 9);
+    t.steps = r.int64(row, 10);
+    t.usage.prompt_tokens = r.int64(row, 11);
+    t.usage.completion_tokens = r.int64(row, 12);
+    if (!r.is_null(row, 13)) t.error = error_info{r.text(row, 13), r.text(row, 14)};
+    t.created_at = r.int64(row, 15);
+    t.started_at = r.opt_int64(row, 16);
+    t.finished_at = r.opt_int64(row, 17);
+    t.refusal = r.int64(row, 18) != 0;
+    t.attempt = r.int64(row, 19);
+    t.side_effects = r.int64(row, 20) != 0;
+    return t;
+}
+
+std::vector<tape_entry> read_entries(const pg_result& r) {
+    std::vector<tape_entry> out;
+    out.reserve(static_cast<std::size_t>(r.rows()));
+    for (int i = 0; i < r.rows(); ++i) {
+        tape_entry e;
+        e.id = r.int64(i, 0);
+        auto kind = r.text(i, 1);
+        auto k = parse_tape_kind(kind);
+        if (!k) throw std::runtime_error("postgres: unknown tape kind '" + kind + "'");
+        e.kind = *k;
+        e.payload = parse_object(r.text(i, 2), "payload");
+        e.created_at = r.int64(i, 3);
+        e.turn_id = r.text(i, 4);
+        out.push_back(std::move(e));
+    }
+    return out;
+}
+
+std::vector<outbox_item> read_outbox(const pg_result& r) {
+    std::vector<outbox_item> out;
+    for (int i = 0; i < r.rows(); ++i) {
+        outbox_item o;
+        o.key = r.text(i, 0);
+        o.turn_id = r.text(i, 1);
+        o.tenant = r.text(i, 2);
+        o.session_id = r.text(i, 3);
+        o.channel = r.text(i, 4);
+        o.recipient = r.text(i, 5);
+        o.index = r.int64(i, 6);
+        o.text = r.text(i, 7);
+        auto status = r.text(i, 8);
+        auto st = parse_outbox_status(status);
+        if (!st) throw std::runtime_error("postgres: unknown outbox status '" + status + "'");
+        o.status = *st;
+        o.attempts = r.int64(i, 9);
+        o.uncertain = r.int64(i, 10) != 0;
+        o.created_at = r.int64(i, 11);
+        o.updated_at = r.int64(i, 12);
+        o.next_attempt_at = r.int64(i, 13);
+        o.last_error = r.text(i, 14);
+        out.push_back(std::move(o));
+    }
+    return out;
+}
+
+param optional_key(const std::string& s) {
+    return s.empty() ? std::nullopt : param(s);
+}
+
+// Text may not hold NUL in PostgreSQL; JSON text never does (it escapes it), raw text might.
+void check_text(const std::string& s, const char* what) {
+    if (s.find('\0') != std::string::npos)
+        throw std::invalid_argument(std::string("postgres: ") + what + " contains a NUL character");
+}
+
+class postgres_store final : public store {
+public:
+    explicit postgres_store(const postgres_options& opts)
+        : opts_(opts), statements_(make_statements()), work_(asio::make_work_guard(ioc_)) {
+        if (opts_.pool_size < 1) throw std::invalid_argument("postgres: pool_size must be at least 1");
+        thread_ = std::thread([this] { ioc_.run(); });
+        try {
+            migrate();
+            // The probe's first round: connected, and (exclusive) holding the node lock.
+            on_loop([this]() { return probe_once(); });
+            if (opts_.exclusive && !node_lock_.load())
+                throw std::runtime_error(
+                    "postgres: another baton node is using this database (schema's node lock "
+                    "held); several nodes on one database are not supported yet");
+            if (auto why = unavailable()) throw store_unavailable(*why);
+            asio::co_spawn(ioc_, probe_loop(), asio::detached);
+        } catch (...) {
+            stop_loop();
+            throw;
+        }
+    }
+
+    std::optional<std::string> unavailable() const override {
+        std::lock_guard lock(health_mutex_);
+        return down_;
+    }
+
+    ~postgres_store() override { stop_loop(); }
+
+    bool blocking() const override { return true; }
+
+    insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
+        check_text(t.input.text, "the message text");
+        if (!idem.key.empty()) {
+            if (auto found = find_key(t.tenant, idem)) return *found;
+        }
+        auto deliver =
+            t.input.deliver.is_null() ? std::nullopt : param(json::serialize(t.input.deliver));
+        param error_code, error_message;
+        if (t.error) {
+            error_code = t.error->code;
+            error_message = t.error->message;
+        }
+        std::vector<pg_query> qs;
+        qs.push_back(q(touch_session_for_turn,
+                       {p(t.session_id), p(t.tenant), p(t.agent), p(t.turn_id), p(t.created_at)}));
+        qs.push_back(q(insert_turn_row,
+                       {p(t.turn_id), p(t.session_id), p(t.agent), p(t.tenant), p(to_string(t.status)),
+                        p(t.input.text), p(t.input.channel), p(json::serialize(t.input.metadata)),
+                        deliver, optional_key(idem.key),
+                        optional_key(idem.key) ? param(idem.fingerprint) : std::nullopt, p(t.reply),
+                        p(t.steps), p(t.usage.prompt_tokens), p(t.usage.completion_tokens),
+                        error_code, error_message, p(t.created_at), p(t.started_at),
+                        p(t.finished_at), p(t.attempt)}));
+        try {
+            run(qs);
+        } catch (const pg_error& e) {
+            // Another node (or thread) stored the same key meanwhile: answer as if it came first.
+            if (e.sqlstate() == "23505" && e.constraint() == "turns_idem_key" && !idem.key.empty())
+                if (auto found = find_key(t.tenant, idem)) return *found;
+            throw;
+        }
+        return {insert_outcome::inserted, t.turn_id};
+    }
+
+    void mark_running(const std::string& turn_id, time_ms started_at) override {
+        if (run_one(q(mark_running_row, {p(turn_id), p(started_at)})).affected() == 0)
+            throw std::runtime_error("postgres: unknown turn: " + turn_id);
+    }
+
+    void mark_side_effects(const std::string& turn_id) override {
+        if (run_one(q(mark_side_effects_row, {p(turn_id)})).affected() == 0)
+            throw std::runtime_error("postgres: unknown turn: " + turn_id);
+    }
+
+    void save_state(state_update& u) override {
+        json::array rows;
+        rows.reserve(u.entries.size());
+        for (auto& e : u.entries) {
+            if (e.created_at == 0) e.created_at = now_ms();
+            if (e.turn_id.empty()) e.turn_id = u.turn_id;
+            rows.push_back(json::array{json::string(to_string(e.kind)), json::string(json_text(e.payload)),
+                                       json::string(e.turn_id), e.created_at});
+        }
+        auto state = u.state ? param(json_text(*u.state)) : std::nullopt;
+        auto r = run_one(q(save_state_rows, {p(u.tenant), p(u.session_id), p(now_ms()),
+                                             p(static_cast<std::int64_t>(u.entries.size())),
+                                             p(json::serialize(rows)), state}));
+        std::int64_t next = r.int64(0, 0);
+        for (auto& e : u.entries)
+            e.id = next++;
+    }
+
+    void finish_turn(const turn_record& t) override {
+        param error_code, error_message;
+        if (t.error) {
+            error_code = t.error->code;
+            error_message = t.error->message;
+        }
+        auto r = run_one(q(finish_turn_row,
+                           {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps),
+                            p(t.usage.prompt_tokens), p(t.usage.completion_tokens), error_code,
+                            error_message, p(t.started_at), p(t.finished_at), p(t.refusal),
+                            p(t.attempt)}));
+        if (r.affected() == 0) throw std::runtime_error("postgres: unknown turn: " + t.turn_id);
+    }
+
+    std::vector<outbox_item> end_turn(turn_end& e) override {
+        if (batch* b = current_batch()) {
+            // Inside a group commit: one more savepoint around the calls' own.
+            b->pending.push_back(sql("SAVEPOINT end_turn"));
+            try {
+                auto added = store::end_turn(e);
+                b->pending.push_back(sql("RELEASE end_turn"));
+                return added;
+            } catch (...) {
+                undo(*b, "end_turn");
+                throw;
+            }
+        }
+        begin_batch();
+        std::vector<outbox_item> added;
+        try {
+            added = store::end_turn(e);
+        } catch (...) {
+            abort_batch();
+            throw;
+        }
+        end_batch();
+        return added;
+    }
+
+    std::optional<turn_record> get_turn(const std::string& turn_id) override {
+        auto r = run_one(q(get_turn_row, {p(turn_id)}));
+        if (r.rows() == 0) return std::nullopt;
+        return read_turn(r, 0);
+    }
+
+    std::optional<session_record> get_session(const session_ref& session) override {
+        auto r = run_one(q(get_session_row, {p(session.id), p(session.tenant)}));
+        if (r.rows() == 0) return std::nullopt;
+        session_record s;
+        s.session_id = r.text(0, 0);
+        s.tenant = r.text(0, 1);
+        s.agent = r.text(0, 2);
+        s.turns = r.int64(0, 3);
+        s.last_turn_id = r.opt_text(0, 4);
+        s.state = parse_object(r.text(0, 5), "state");
+        s.created_at = r.int64(0, 6);
+        return s;
+    }
+
+    std::vector<tape_entry> read_tape(const session_ref& session, std::int64_t after,
+                                      std::size_t limit) override {
+        return read_entries(run_one(
+            q(read_tape_rows, {p(session.id), p(after), limit_param(limit), p(session.tenant)})));
+    }
+
+    std::vector<tape_entry> tape_tail(const session_ref& session, std::size_t limit) override {
+        return read_entries(
+            run_one(q(tape_tail_rows, {p(session.id), limit_param(limit), p(session.tenant)})));
+    }
+
+    std::vector<turn_record> unfinished_turns() override {
+        auto r = run_one(q(unfinished_rows));
+        std::vector<turn_record> out;
+        for (int i = 0; i < r.rows(); ++i)
+            out.push_back(read_turn(r, i));
+        return out;
+    }
+
+    bool add_outbox(const outbox_item& o) override {
+        check_text(o.text, "an outbox item's text");
+        auto r = run_one(q(add_outbox_row,
+                           {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
+                            p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts),
+                            p(o.uncertain), p(o.created_at ? o.created_at : now_ms()), p(o.tenant)}));
+        return r.affected() > 0;
+    }
+
+    bool update_outbox(const outbox_item& o) override {
+        auto r = run_one(q(update_outbox_row, {p(o.key), p(to_string(o.status)), p(o.attempts),
+                                               p(o.uncertain), p(now_ms()), p(o.next_attempt_at),
+                                               p(o.last_error)}));
+        return r.affected() > 0;
+    }
+
+    std::optional<outbox_item> get_outbox(const std::string& key) override {
+        auto items = read_outbox(run_one(q(get_outbox_row, {p(key)})));
+        if (items.empty()) return std::nullopt;
+        return std::move(items.front());
+    }
+
+    std::vector<outbox_item> list_outbox(const outbox_filter& f) override {
+        std::string statuses = "{";
+        for (auto s : f.statuses) {
+            if (statuses.size() > 1) statuses += ",";
+            statuses += to_string(s);
+        }
+        statuses += "}";
+        return read_outbox(run_one(q(list_outbox_rows,
+                                     {p(f.channel), p(f.session_id), p(f.uncertain_only), p(statuses),
+                                      limit_param(f.limit), p(f.tenant)})));
+    }
+
+    outbox_counts count_outbox() override {
+        auto r = run_one(q(count_outbox_rows));
+        outbox_counts n;
+        for (int i = 0; i < r.rows(); ++i) {
+            auto st = parse_outbox_status(r.text(i, 0));
+            if (!st) throw std::runtime_error("postgres: unknown outbox status '" + r.text(i, 0) + "'");
+            n.by_status[static_cast<std::size_t>(*st)] += r.int64(i, 1);
+            n.uncertain += r.int64(i, 2);
+        }
+        return n;
+    }
+
+    std::vector<usage_row> usage_by_day(const std::string& tenant, time_ms from) override {
+        auto r = run_one(q(usage_rows, {p(tenant), p(from)}));
+        std::vector<usage_row> out;
+        for (int i = 0; i < r.rows(); ++i)
+            out.push_back({r.text(i, 0), r.int64(i, 1), r.int64(i, 2), r.int64(i, 3), r.int64(i, 4)});
+        return out;
+    }
+
+    std::optional<std::string> get_cursor(const std::string& name) override {
+        auto r = run_one(q(get_cursor_row, {p(name)}));
+        if (r.rows() == 0) return std::nullopt;
+        return r.text(0, 0);
+    }
+
+    void set_cursor(const std::string& name, const std::string& value) override {
+        check_text(value, "a cursor's value");
+        run_one(q(set_cursor_row, {p(name), p(value), p(now_ms())}));
+    }
+
+    void begin_batch() override {
+        auto b = std::make_unique<batch>();
+        b->conn = acquire();
+        b->pending.push_back(sql("BEGIN"));
+        std::lock_guard lock(batches_mutex_);
+        batches_[std::this_thread::get_id()] = std::move(b);
+    }
+
+    void end_batch() override {
+        auto b = take_batch();
+        if (!b) return;
+        if (b->broken) {
+            give_back(std::move(b->conn));
+            throw store_unavailable("postgres: the batch's transaction was lost: " + b->why);
+        }
+        if (!b->begun) { // nothing was sent: there is nothing to commit
+            give_back(std::move(b->conn));
+            return;
+        }
+        b->pending.push_back(sql("COMMIT"));
+        try {
+            exec(*b->conn, b->pending);
+        } catch (const pg_error& e) {
+            rollback_and_give_back(std::move(b->conn));
+            if (e.connection_lost()) throw store_unavailable(e.what());
+            throw;
+        } catch (...) {
+            rollback_and_give_back(std::move(b->conn));
+            throw;
+        }
+        give_back(std::move(b->conn));
+    }
+
+private:
+    // Runs a coroutine on the store's loop and waits for its result (never called on the loop).
+    template <class F> auto on_loop(F make) -> typename decltype(make())::value_type {
+        return asio::co_spawn(ioc_, make(), asio::use_future).get();
+    }
+
+    struct batch {
+        std::unique_ptr<pg_connection> conn;
+        std::vector<pg_query> pending; // sent ahead of the next call's statements
+        bool begun = false;            // BEGIN has gone out
+        bool broken = false;           // the transaction is gone (a lost connection)
+        std::string why;
+    };
+
+    batch* current_batch() {
+        std::lock_guard lock(batches_mutex_);
+        auto it = batches_.find(std::this_thread::get_id());
+        return it == batches_.end() ? nullptr : it->second.get();
+    }
+
+    std::unique_ptr<batch> take_batch() {
+        std::lock_guard lock(batches_mutex_);
+        auto it = batches_.find(std::this_thread::get_id());
+        if (it == batches_.end()) return nullptr;
+        auto b = std::move(it->second);
+        batches_.erase(it);
+        return b;
+    }
+
+    void abort_batch() {
+        auto b = take_batch();
+        if (b) rollback_and_give_back(std::move(b->conn));
+    }
+
+    // A connection whose transaction failed: rolled back and kept, or dropped.
+    void rollback_and_give_back(std::unique_ptr<pg_connection> c) {
+        if (c && c->ok() && c->transaction_status() != PQTRANS_IDLE) {
+            std::vector<pg_query> rb{sql("ROLLBACK")};
+            try {
+                exec(*c, rb);
+            } catch (const std::exception&) {
+            }
+        }
+        give_back(std::move(c));
+    }
+
+    // Undoes the savepoint `name` of a batch after a failed call; a batch that cannot is broken.
+    void undo(batch& b, const std::string& name) {
+        if (b.broken) return;
+        if (!b.begun) { // nothing of it reached the server yet: forget what was queued
+            b.pending.erase(std::remove_if(b.pending.begin(), b.pending.end(),
+                                           [&](const pg_query& x) {
+                                               return x.sql == "SAVEPOINT " + name ||
+                                                      x.sql == "RELEASE " + name;
+                                           }),
+                            b.pending.end());
+            return;
+        }
+        b.pending.push_back(sql("ROLLBACK TO " + name));
+        b.pending.push_back(sql("RELEASE " + name));
+        try {
+            exec(*b.conn, b.pending);
+            b.pending.clear();
+        } catch (const std::exception& e) {
+            b.broken = true;
+            b.why = e.what();
+        }
+    }
+
+    pg_result run_one(pg_query query) {
+        std::vector<pg_query> qs;
+        qs.push_back(std::move(query));
+        return std::move(run(qs).front());
+    }
+
+    // Runs a call's statements: in the thread's batch as a savepoint, else as one pipeline (one
+    // implicit transaction) on a pooled connection.
+    std::vector<pg_result> run(std::vector<pg_query>& qs) {
+        try {
+            return run_unchecked(qs);
+        } catch (const pg_error& e) {
+            if (e.connection_lost()) throw store_unavailable(e.what());
+            throw;
+        }
+    }
+
+    std::vector<pg_result> run_unchecked(std::vector<pg_query>& qs) {
+        if (opts_.exclusive && !node_lock_.load())
+            throw store_unavailable("postgres: this node does not hold the database's node lock "
+                                    "(lost with its connection; another node may have it)");
+        if (batch* b = current_batch()) {
+            if (b->broken)
+                throw store_unavailable("postgres: the batch's transaction was lost: " + b->why);
+            std::vector<pg_query> all = std::move(b->pending);
+            b->pending.clear();
+            all.push_back(sql("SAVEPOINT call"));
+            std::size_t first = all.size();
+            for (auto& x : qs)
+                all.push_back(std::move(x));
+            all.push_back(sql("RELEASE call"));
+            try {
+                auto results = exec(*b->conn, all);
+                b->begun = true;
+                return {std::make_move_iterator(results.begin() + static_cast<std::ptrdiff_t>(first)),
+                        std::make_move_iterator(results.end() - 1)};
+            } catch (const pg_error& e) {
+                b->begun = true;
+                if (e.connection_lost() || !b->conn->ok()) {
+                    b->broken = true;
+                    b->why = e.what();
+                    throw;
+                }
+                // Only this call's savepoint is undone; BEGIN may have failed too (then broken).
+                if (b->conn->transaction_status() != PQTRANS_INERROR &&
+                    b->conn->transaction_status() != PQTRANS_INTRANS) {
+                    b->broken = true;
+                    b->why = e.what();
+                    throw;
+                }
+                undo(*b, "call");
+                throw;
+            }
+        }
+        auto c = acquire();
+        try {
+            auto results = exec(*c, qs);
+            give_back(std::move(c));
+            return results;
+        } catch (...) {
+            rollback_and_give_back(std::move(c));
+            throw;
+        }
+    }
+
+    std::vector<pg_result> exec(pg_connection& c, std::vector<pg_query>& qs) {
+        try {
+            return on_loop([&]() { return c.exec(qs, opts_.query_timeout); });
+        } catch (const pg_error& e) {
+            if (e.connection_lost()) {
+                set_down(e.what());
+                drop_idle(); // a restarted server: the idle ones are gone too
+            }
+            throw;
+        }
+    }
+
+    void set_down(std::optional<std::string> why) {
+        std::lock_guard lock(health_mutex_);
+        down_ = std::move(why);
+    }
+
+    // Every probe_interval, on the loop: a connection of its own runs SELECT 1 (and, exclusive,
+    // holds the node lock), so that unavailable() follows the database while the node is idle.
+    asio::awaitable<void> probe_once() {
+        try {
+            if (!probe_ || !probe_->ok()) {
+                node_lock_.store(false);
+                probe_ = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
+                co_await probe_->connect(opts_.conninfo, opts_.connect_timeout);
+            }
+            std::vector<pg_query> qs{sql(node_lock_.load() || !opts_.exclusive
+                                             ? "SELECT true"
+                                             : "SELECT pg_try_advisory_lock(hashtext(current_schema() "
+                                               "|| '.baton_node'))")};
+            auto r = co_await probe_->exec(qs, opts_.connect_timeout);
+            if (opts_.exclusive) node_lock_.store(r.front().text(0, 0) == "t");
+            set_down(std::nullopt);
+        } catch (const std::exception& e) {
+            probe_.reset();
+            node_lock_.store(false);
+            set_down(e.what());
+        }
+    }
+
+    asio::awaitable<void> probe_loop() {
+        while (!stopping_) {
+            probe_timer_.expires_after(opts_.probe_interval);
+            boost::system::error_code ec;
+            co_await probe_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            if (stopping_) break;
+            co_await probe_once();
+        }
+        probe_.reset();
+    }
+
+    std::optional<insert_result> find_key(const std::string& tenant, const idempotency& idem) {
+        auto r = run_one(q(find_idem, {p(tenant), p(idem.key)}));
+        if (r.rows() == 0) return std::nullopt;
+        auto outcome = r.text(0, 1) == idem.fingerprint ? insert_outcome::replayed
+                                                        : insert_outcome::key_reused;
+        return insert_result{outcome, r.text(0, 0)};
+    }
+
+    // The pool. A connection is made when none is idle and fewer than pool_size are open; after
+    // a failed connect, calls fail at once until the backoff (0.1 s doubling to 5 s) has passed.
+    std::unique_ptr<pg_connection> acquire() {
+        std::unique_lock lock(pool_mutex_);
+        auto deadline = clock::now() + opts_.acquire_timeout;
+        for (;;) {
+            if (!idle_.empty()) {
+                auto c = std::move(idle_.back());
+                idle_.pop_back();
+                return c;
+            }
+            if (open_ < opts_.pool_size) {
+                auto now = clock::now();
+                if (now < retry_at_)
+                    throw store_unavailable("postgres: the database is unreachable (next attempt in " +
+                                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                          retry_at_ - now)
+                                                          .count()) +
+                                       " ms): " + last_error_);
+                ++open_;
+                lock.unlock();
+                try {
+                    auto c = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
+                    on_loop([&]() { return c->connect(opts_.conninfo, opts_.connect_timeout); });
+                    set_down(std::nullopt);
+                    lock.lock();
+                    backoff_ = {};
+                    retry_at_ = {};
+                    return c;
+                } catch (const std::exception& e) {
+                    set_down(e.what());
+                    lock.lock();
+                    --open_;
+                    backoff_ = std::min<std::chrono::milliseconds>(
+                        backoff_.count() ? backoff_ * 2 : std::chrono::milliseconds(100),
+                        std::chrono::milliseconds(5000));
+                    retry_at_ = clock::now() + backoff_;
+                    last_error_ = e.what();
+                    pool_wake_.notify_all();
+                    throw store_unavailable(e.what());
+                }
+            }
+            if (pool_wake_.wait_until(lock, deadline) == std::cv_status::timeout && idle_.empty() &&
+                open_ >= opts_.pool_size)
+                throw store_unavailable("postgres: no connection free within " +
+                                        std::to_string(opts_.acquire_timeout.count()) +
+                                        " ms (pool_size " + std::to_string(opts_.pool_size) + ")");
+        }
+    }
+
+    void give_back(std::unique_ptr<pg_connection> c) {
+        if (!c) return;
+        std::lock_guard lock(pool_mutex_);
+        if (c->ok()) {
+            idle_.push_back(std::move(c));
+        } else {
+            --open_;
+            destroy(std::move(c));
+        }
+        pool_wake_.notify_one();
+    }
+
+    void drop_idle() {
+        std::lock_guard lock(pool_mutex_);
+        open_ -= idle_.size();
+        for (auto& c : idle_)
+            destroy(std::move(c));
+        idle_.clear();
+        pool_wake_.notify_all();
+    }
+
+    // Connections end on the loop, where their sockets are watched.
+    void destroy(std::unique_ptr<pg_connection> c) {
+        asio::post(ioc_, [c = std::move(c)]() mutable { c.reset(); });
+    }
+
+    void stop_loop() {
+        {
+            std::lock_guard lock(pool_mutex_);
+            for (auto& c : idle_)
+                destroy(std::move(c));
+            idle_.clear();
+        }
+        asio::post(ioc_, [this] {
+            stopping_ = true;
+            probe_timer_.cancel();
+        });
+        work_.reset();
+        if (thread_.joinable()) thread_.join();
+    }
+
+    // Brings the database to this build's schema, once across nodes that start together: under
+    // an advisory lock of the schema (search_path's first), each migration in its own transaction.
+    void migrate() {
+        auto c = acquire();
+        auto migrations = detail::postgres_migrations();
+        try {
+            std::vector<pg_query> lock{
+                sql("SELECT pg_advisory_lock(hashtext(current_schema() || '.baton_schema'))"),
+                sql("CREATE TABLE IF NOT EXISTS baton_schema (version integer NOT NULL, "
+                    "migrated_at bigint NOT NULL)"),
+                sql("SELECT coalesce(max(version), 0) FROM baton_schema")};
+            auto r = exec(*c, lock);
+            auto from = r[2].int64(0, 0);
+            auto known = static_cast<std::int64_t>(migrations.size());
+            std::string error;
+            if (from > known)
+                error = "postgres: database schema version " + std::to_string(from) +
+                        " is newer than this build (" + std::to_string(known) + ")";
+            for (auto v = from; error.empty() && v < known; ++v) {
+                std::vector<pg_query> m;
+                for (auto s : migrations[static_cast<std::size_t>(v)])
+                    m.push_back(sql(std::string(s)));
+                m.push_back(sql("INSERT INTO baton_schema (version, migrated_at) VALUES (" +
+                                std::to_string(v + 1) + ", " + std::to_string(now_ms()) + ")"));
+                exec(*c, m);
+                log::info("postgres: schema migrated", {{"version", v + 1}});
+            }
+            std::vector<pg_query> unlock{
+                sql("SELECT pg_advisory_unlock(hashtext(current_schema() || '.baton_schema'))")};
+            exec(*c, unlock);
+            if (!error.empty()) throw std::runtime_error(error);
+        } catch (...) {
+            if (c->ok()) { // a lost connection released its lock with it
+                std::vector<pg_query> unlock{sql("SELECT pg_advisory_unlock_all()")};
+                try {
+                    exec(*c, unlock);
+                } catch (const std::exception&) {
+                }
+            }
+            give_back(std::move(c));
+            throw;
+        }
+        give_back(std::move(c));
+    }
+
+    postgres_options opts_;
+    detail::pg_statement_table statements_;
+    asio::io_context ioc_{1};
+    asio::executor_work_guard<asio::io_context::executor_type> work_;
+    std::thread thread_;
+
+    std::mutex pool_mutex_;
+    std::condition_variable pool_wake_;
+    std::vector<std::unique_ptr<pg_connection>> idle_;
+    std::size_t open_ = 0;
+    std::chrono::milliseconds backoff_{0};
+    clock::time_point retry_at_{};
+    std::string last_error_;
+
+    // The probe (loop thread only) and what it found.
+    std::unique_ptr<pg_connection> probe_;
+    asio::steady_timer probe_timer_{ioc_};
+    bool stopping_ = false;
+    std::atomic<bool> node_lock_{false};
+    mutable std::mutex health_mutex_;
+    std::optional<std::string> down_;
+
+    std::mutex batches_mutex_;
+    std::unordered_map<std::thread::id, std::unique_ptr<batch>> batches_;
+};
+
+} // namespace
+
+std::unique_ptr<store> make_postgres_store(const postgres_options& opts) {
+    return std::make_unique<postgres_store>(opts);
+}
+
+} // namespace baton
