@@ -1,6 +1,7 @@
 // The only translation unit of the HTTP channel that includes Beast.
 #include "channels/http/server.hpp"
 #include <baton/log.hpp>
+#include <baton/store.hpp>
 
 #include "channels/http/api.hpp"
 #include "channels/http/router.hpp"
@@ -38,6 +39,14 @@ namespace ssl = asio::ssl;
 using tls_stream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
+
+// What a request that threw answers: 503 store_unavailable when the store could not reach its
+// database (a retry may pass), else 500.
+http::reply failure_reply(const std::exception& e) {
+    if (dynamic_cast<const store_unavailable*>(&e))
+        return http::error_reply(errc::store_unavailable, "the database is unreachable; retry");
+    return http::error_reply(errc::internal_error, "internal error");
+}
 constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
 
 template <class Stream> constexpr bool is_tls = std::is_same_v<Stream, tls_stream>;
@@ -584,7 +593,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
             } catch (const std::exception& e) {
                 log::error("request failed",
                            {{"target", std::string(view.target)}, {"error", e.what()}});
-                opened = http::error_reply(errc::internal_error, "internal error");
+                opened = failure_reply(e);
             }
             bool again = false;
             if (auto* err = std::get_if<http::reply>(&opened))
@@ -600,7 +609,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
             r = co_await self->api.handle(view);
         } catch (const std::exception& e) {
             log::error("request failed", {{"target", std::string(view.target)}, {"error", e.what()}});
-            r = http::error_reply(errc::internal_error, "internal error");
+            r = failure_reply(e);
         }
         r.head = req.method() == bhttp::verb::head;
         if (!co_await self->write(stream, req.version(), req.keep_alive(), std::move(r))) break;

@@ -10,15 +10,16 @@
 
 #include "src/store/pg_connection.hpp"
 #include "src/store/postgres_schema.hpp"
+#include "src/store/store_columns.hpp"
 
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/redirect_error.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/use_future.hpp>
 
 #include <algorithm>
@@ -76,14 +77,9 @@ json::object parse_object(const std::string& text, const char* column) {
     return std::move(v.as_object());
 }
 
-const std::string turn_columns =
-    "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
-    "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
-    "finished_at, refusal, attempt, side_effects";
-const std::string tape_columns = "id, kind, payload, created_at, turn_id";
-const std::string outbox_columns =
-    "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, attempts, uncertain, "
-    "created_at, updated_at, next_attempt_at, coalesce(last_error, '')";
+using detail::outbox_columns;
+using detail::tape_columns;
+using detail::turn_columns;
 
 // The statements, prepared on each connection at first use; `stmt` names their index.
 enum stmt : int {
@@ -152,8 +148,8 @@ detail::pg_statement_table make_statements() {
     t.sql[tape_tail_rows] = "SELECT * FROM (SELECT " + tape_columns +
                             " FROM tape WHERE tenant = $3 AND session_id = $1 ORDER BY id DESC "
                             "LIMIT $2) last ORDER BY id";
-    t.sql[unfinished_rows] = "SELECT " + turn_columns +
-                             " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq";
+    t.sql[unfinished_rows] =
+        "SELECT " + turn_columns + " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq";
     t.sql[add_outbox_row] =
         "INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, status, "
         "attempts, uncertain, created_at, updated_at, tenant) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
@@ -317,14 +313,27 @@ public:
         std::vector<pg_query> qs;
         qs.push_back(q(touch_session_for_turn,
                        {p(t.session_id), p(t.tenant), p(t.agent), p(t.turn_id), p(t.created_at)}));
-        qs.push_back(q(insert_turn_row,
-                       {p(t.turn_id), p(t.session_id), p(t.agent), p(t.tenant), p(to_string(t.status)),
-                        p(t.input.text), p(t.input.channel), p(json::serialize(t.input.metadata)),
-                        deliver, optional_key(idem.key),
-                        optional_key(idem.key) ? param(idem.fingerprint) : std::nullopt, p(t.reply),
-                        p(t.steps), p(t.usage.prompt_tokens), p(t.usage.completion_tokens),
-                        error_code, error_message, p(t.created_at), p(t.started_at),
-                        p(t.finished_at), p(t.attempt)}));
+        qs.push_back(q(insert_turn_row, {p(t.turn_id),
+                                         p(t.session_id),
+                                         p(t.agent),
+                                         p(t.tenant),
+                                         p(to_string(t.status)),
+                                         p(t.input.text),
+                                         p(t.input.channel),
+                                         p(json::serialize(t.input.metadata)),
+                                         deliver,
+                                         optional_key(idem.key),
+                                         optional_key(idem.key) ? param(idem.fingerprint) : std::nullopt,
+                                         p(t.reply),
+                                         p(t.steps),
+                                         p(t.usage.prompt_tokens),
+                                         p(t.usage.completion_tokens),
+                                         error_code,
+                                         error_message,
+                                         p(t.created_at),
+                                         p(t.started_at),
+                                         p(t.finished_at),
+                                         p(t.attempt)}));
         try {
             run(qs);
         } catch (const pg_error& e) {
@@ -352,8 +361,9 @@ public:
         for (auto& e : u.entries) {
             if (e.created_at == 0) e.created_at = now_ms();
             if (e.turn_id.empty()) e.turn_id = u.turn_id;
-            rows.push_back(json::array{json::string(to_string(e.kind)), json::string(json_text(e.payload)),
-                                       json::string(e.turn_id), e.created_at});
+            rows.push_back(json::array{json::string(to_string(e.kind)),
+                                       json::string(json_text(e.payload)), json::string(e.turn_id),
+                                       e.created_at});
         }
         auto state = u.state ? param(json_text(*u.state)) : std::nullopt;
         auto r = run_one(q(save_state_rows, {p(u.tenant), p(u.session_id), p(now_ms()),
@@ -370,11 +380,11 @@ public:
             error_code = t.error->code;
             error_message = t.error->message;
         }
-        auto r = run_one(q(finish_turn_row,
-                           {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps),
-                            p(t.usage.prompt_tokens), p(t.usage.completion_tokens), error_code,
-                            error_message, p(t.started_at), p(t.finished_at), p(t.refusal),
-                            p(t.attempt)}));
+        auto r =
+            run_one(q(finish_turn_row,
+                      {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps),
+                       p(t.usage.prompt_tokens), p(t.usage.completion_tokens), error_code, error_message,
+                       p(t.started_at), p(t.finished_at), p(t.refusal), p(t.attempt)}));
         if (r.affected() == 0) throw std::runtime_error("postgres: unknown turn: " + t.turn_id);
     }
 
@@ -444,17 +454,17 @@ public:
 
     bool add_outbox(const outbox_item& o) override {
         check_text(o.text, "an outbox item's text");
-        auto r = run_one(q(add_outbox_row,
-                           {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
-                            p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts),
-                            p(o.uncertain), p(o.created_at ? o.created_at : now_ms()), p(o.tenant)}));
+        auto r = run_one(
+            q(add_outbox_row, {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
+                               p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts),
+                               p(o.uncertain), p(o.created_at ? o.created_at : now_ms()), p(o.tenant)}));
         return r.affected() > 0;
     }
 
     bool update_outbox(const outbox_item& o) override {
-        auto r = run_one(q(update_outbox_row, {p(o.key), p(to_string(o.status)), p(o.attempts),
-                                               p(o.uncertain), p(now_ms()), p(o.next_attempt_at),
-                                               p(o.last_error)}));
+        auto r = run_one(
+            q(update_outbox_row, {p(o.key), p(to_string(o.status)), p(o.attempts), p(o.uncertain),
+                                  p(now_ms()), p(o.next_attempt_at), p(o.last_error)}));
         return r.affected() > 0;
     }
 
@@ -471,9 +481,9 @@ public:
             statuses += to_string(s);
         }
         statuses += "}";
-        return read_outbox(run_one(q(list_outbox_rows,
-                                     {p(f.channel), p(f.session_id), p(f.uncertain_only), p(statuses),
-                                      limit_param(f.limit), p(f.tenant)})));
+        return read_outbox(
+            run_one(q(list_outbox_rows, {p(f.channel), p(f.session_id), p(f.uncertain_only), p(statuses),
+                                         limit_param(f.limit), p(f.tenant)})));
     }
 
     outbox_counts count_outbox() override {
@@ -728,8 +738,8 @@ private:
     std::optional<insert_result> find_key(const std::string& tenant, const idempotency& idem) {
         auto r = run_one(q(find_idem, {p(tenant), p(idem.key)}));
         if (r.rows() == 0) return std::nullopt;
-        auto outcome = r.text(0, 1) == idem.fingerprint ? insert_outcome::replayed
-                                                        : insert_outcome::key_reused;
+        auto outcome =
+            r.text(0, 1) == idem.fingerprint ? insert_outcome::replayed : insert_outcome::key_reused;
         return insert_result{outcome, r.text(0, 0)};
     }
 
@@ -747,11 +757,12 @@ private:
             if (open_ < opts_.pool_size) {
                 auto now = clock::now();
                 if (now < retry_at_)
-                    throw store_unavailable("postgres: the database is unreachable (next attempt in " +
-                                       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                          retry_at_ - now)
-                                                          .count()) +
-                                       " ms): " + last_error_);
+                    throw store_unavailable(
+                        "postgres: the database is unreachable (next attempt in " +
+                        std::to_string(
+                            std::chrono::duration_cast<std::chrono::milliseconds>(retry_at_ - now)
+                                .count()) +
+                        " ms): " + last_error_);
                 ++open_;
                 lock.unlock();
                 try {

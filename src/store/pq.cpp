@@ -13,9 +13,11 @@ pq_api load() {
         throw std::runtime_error(std::string("postgres: cannot load libpq.so.5 (Debian: libpq5): ") +
                                  dlerror());
     pq_api api;
-#define BATON_PQ_LOAD(name)                                                                              \
-    api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name));                                \
-    if (!api.name) throw std::runtime_error("postgres: libpq.so.5 has no " #name " (libpq 14 or later is needed)");
+#define BATON_PQ_LOAD(name)                                                                             \
+    api.name = reinterpret_cast<decltype(api.name)>(dlsym(lib, #name));                                 \
+    if (!api.name)                                                                                      \
+        throw std::runtime_error("postgres: libpq.so.5 has no " #name " (libpq 14 or later is "         \
+                                                                      "needed)");
     BATON_PQ_FUNCTIONS(BATON_PQ_LOAD)
 #undef BATON_PQ_LOAD
     return api;

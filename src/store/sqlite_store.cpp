@@ -5,6 +5,7 @@
 
 #include "src/store/sqlite_query.hpp"
 #include "src/store/sqlite_schema.hpp"
+#include "src/store/store_columns.hpp"
 
 #include <sqlite3.h>
 
@@ -70,17 +71,9 @@ db_ptr open_database(const sqlite_options& opts) {
     return db;
 }
 
-const std::string turn_columns =
-    "turn_id, session_id, agent, tenant, status, input_text, input_channel, metadata, deliver, reply, "
-    "steps, prompt_tokens, completion_tokens, error_code, error_message, created_at, started_at, "
-    "finished_at, refusal, attempt, side_effects";
-
-const std::string tape_columns = "id, kind, payload, created_at, turn_id";
-
-const std::string outbox_columns =
-    "key, turn_id, tenant, session_id, channel, recipient, idx, text, status, "
-    "attempts, uncertain, created_at, updated_at, next_attempt_at, "
-    "coalesce(last_error, '')";
+using detail::outbox_columns;
+using detail::tape_columns;
+using detail::turn_columns;
 
 // Every statement the store runs, prepared once when the store opens.
 struct statements {
