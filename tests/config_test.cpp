@@ -186,7 +186,21 @@ BOOST_AUTO_TEST_CASE(storage_variants) {
                "storage: expected exactly one of sqlite, postgres, memory");
     BOOST_TEST(errors_of(R"({"storage": {"sqlite": {"synchronous": "fast"}}})") ==
                "storage.sqlite.synchronous: expected one of: off, normal, full");
-    BOOST_TEST(errors_of(R"({"storage": {"postgres": {}}})") == "storage.postgres.conninfo: required");
+    BOOST_TEST(errors_of(R"({"storage": {"postgres": {}}})") ==
+               "storage.postgres: expected exactly one of conninfo, conninfo_env");
+    BOOST_TEST(errors_of(R"({"storage": {"postgres": {"conninfo": "dbname=b", "pool_size": 0}}})") ==
+               "storage.postgres.pool_size: must be between 1 and 1000");
+    BOOST_TEST(errors_of(R"({"storage": {"postgres": {"conninfo": "host=h password = x"}}})")
+                   .starts_with("storage.postgres.conninfo: names a password"));
+    BOOST_TEST(errors_of(R"({"storage": {"postgres": {"conninfo": "postgres://u:p@h/d"}}})")
+                   .starts_with("storage.postgres.conninfo: names a password"));
+    BOOST_TEST(errors_of(R"({"storage": {"postgres": {"conninfo": "postgresql://h/d?password=x"}}})")
+                   .starts_with("storage.postgres.conninfo: names a password"));
+    BOOST_TEST(
+        errors_of(R"({"storage": {"postgres": {"conninfo": "postgresql://u@h/d?sslmode=require"}}})")
+            .empty());
+    BOOST_TEST(
+        errors_of(R"({"storage": {"postgres": {"conninfo": "host=h passwordfile=/x"}}})").empty());
     BOOST_TEST(errors_of(R"({"storage": {"memory": {"x": 1}}})") == "storage.memory.x: unknown key");
 }
 

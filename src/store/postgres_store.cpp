@@ -414,13 +414,13 @@ public:
     }
 
     std::optional<turn_record> get_turn(const std::string& turn_id) override {
-        auto r = run_one(q(get_turn_row, {p(turn_id)}));
+        auto r = read_one(q(get_turn_row, {p(turn_id)}));
         if (r.rows() == 0) return std::nullopt;
         return read_turn(r, 0);
     }
 
     std::optional<session_record> get_session(const session_ref& session) override {
-        auto r = run_one(q(get_session_row, {p(session.id), p(session.tenant)}));
+        auto r = read_one(q(get_session_row, {p(session.id), p(session.tenant)}));
         if (r.rows() == 0) return std::nullopt;
         session_record s;
         s.session_id = r.text(0, 0);
@@ -435,17 +435,17 @@ public:
 
     std::vector<tape_entry> read_tape(const session_ref& session, std::int64_t after,
                                       std::size_t limit) override {
-        return read_entries(run_one(
+        return read_entries(read_one(
             q(read_tape_rows, {p(session.id), p(after), limit_param(limit), p(session.tenant)})));
     }
 
     std::vector<tape_entry> tape_tail(const session_ref& session, std::size_t limit) override {
         return read_entries(
-            run_one(q(tape_tail_rows, {p(session.id), limit_param(limit), p(session.tenant)})));
+            read_one(q(tape_tail_rows, {p(session.id), limit_param(limit), p(session.tenant)})));
     }
 
     std::vector<turn_record> unfinished_turns() override {
-        auto r = run_one(q(unfinished_rows));
+        auto r = read_one(q(unfinished_rows));
         std::vector<turn_record> out;
         for (int i = 0; i < r.rows(); ++i)
             out.push_back(read_turn(r, i));
@@ -469,7 +469,7 @@ public:
     }
 
     std::optional<outbox_item> get_outbox(const std::string& key) override {
-        auto items = read_outbox(run_one(q(get_outbox_row, {p(key)})));
+        auto items = read_outbox(read_one(q(get_outbox_row, {p(key)})));
         if (items.empty()) return std::nullopt;
         return std::move(items.front());
     }
@@ -482,12 +482,12 @@ public:
         }
         statuses += "}";
         return read_outbox(
-            run_one(q(list_outbox_rows, {p(f.channel), p(f.session_id), p(f.uncertain_only), p(statuses),
-                                         limit_param(f.limit), p(f.tenant)})));
+            read_one(q(list_outbox_rows, {p(f.channel), p(f.session_id), p(f.uncertain_only),
+                                          p(statuses), limit_param(f.limit), p(f.tenant)})));
     }
 
     outbox_counts count_outbox() override {
-        auto r = run_one(q(count_outbox_rows));
+        auto r = read_one(q(count_outbox_rows));
         outbox_counts n;
         for (int i = 0; i < r.rows(); ++i) {
             auto st = parse_outbox_status(r.text(i, 0));
@@ -499,7 +499,7 @@ public:
     }
 
     std::vector<usage_row> usage_by_day(const std::string& tenant, time_ms from) override {
-        auto r = run_one(q(usage_rows, {p(tenant), p(from)}));
+        auto r = read_one(q(usage_rows, {p(tenant), p(from)}));
         std::vector<usage_row> out;
         for (int i = 0; i < r.rows(); ++i)
             out.push_back({r.text(i, 0), r.int64(i, 1), r.int64(i, 2), r.int64(i, 3), r.int64(i, 4)});
@@ -507,7 +507,7 @@ public:
     }
 
     std::optional<std::string> get_cursor(const std::string& name) override {
-        auto r = run_one(q(get_cursor_row, {p(name)}));
+        auto r = read_one(q(get_cursor_row, {p(name)}));
         if (r.rows() == 0) return std::nullopt;
         return r.text(0, 0);
     }
@@ -617,6 +617,45 @@ private:
             b.broken = true;
             b.why = e.what();
         }
+    }
+
+    // A read: in the thread's batch while that stands (it sees the batch's writes), else on a pooled
+    // connection. A read that fails for want of the database is tried again (0.1 s doubling to
+    // 1 s) for up to read_retry: a turn whose database restarts under it waits rather than fails.
+    static constexpr std::chrono::milliseconds read_retry{5000};
+    pg_result read_one(pg_query query) {
+        auto give_up = clock::now() + read_retry;
+        std::chrono::milliseconds pause{100};
+        for (;;) {
+            std::vector<pg_query> qs{query};
+            try {
+                batch* b = current_batch();
+                if (b && !b->broken) return std::move(run(qs).front());
+                auto c = acquire_checked();
+                try {
+                    auto results = exec(*c, qs);
+                    give_back(std::move(c));
+                    return std::move(results.front());
+                } catch (...) {
+                    rollback_and_give_back(std::move(c));
+                    throw;
+                }
+            } catch (const pg_error& e) {
+                if (!e.connection_lost()) throw;
+                if (clock::now() + pause > give_up) throw store_unavailable(e.what());
+            } catch (const store_unavailable&) {
+                if (clock::now() + pause > give_up) throw;
+            }
+            std::this_thread::sleep_for(pause);
+            pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+        }
+    }
+
+    std::unique_ptr<pg_connection> acquire_checked() {
+        if (opts_.exclusive && !node_lock_.load())
+            throw store_unavailable("postgres: this node does not hold the database's node lock "
+                                    "(lost with its connection; another node may have it)");
+        return acquire();
     }
 
     pg_result run_one(pg_query query) {
