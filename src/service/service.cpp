@@ -279,14 +279,22 @@ asio::awaitable<outcome<accepted>> service::submit(accept_request m, diagnostics
     co_return failure<accepted>(e.code, std::move(e.message), diag);
 }
 
-// A store that fails (a full disk, an I/O error) is an expected failure: internal_error.
+// A store that fails (a full disk, an I/O error) is an expected failure: internal_error, or
+// store_unavailable when its database cannot be reached (a retry may pass).
+namespace {
+boost::system::error_code store_failure(const std::exception& e) {
+    return make_error_code(dynamic_cast<const store_unavailable*>(&e) ? errc::store_unavailable
+                                                                      : errc::internal_error);
+}
+} // namespace
+
 asio::awaitable<outcome<turn_record>> service::get_turn(std::string turn_id) {
     std::optional<turn_record> rec;
     try {
         rec = co_await impl_->rt->get_turn(std::move(turn_id));
     } catch (const std::exception& e) {
         log::error("store call failed", {{"error", e.what()}});
-        co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
+        co_return outcome<turn_record>{store_failure(e), {}};
     }
     if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
     co_return outcome<turn_record>{{}, std::move(*rec)};
@@ -304,7 +312,7 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
         co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
     } catch (const std::exception& e) {
         log::error("store call failed", {{"error", e.what()}});
-        co_return outcome<turn_record>{make_error_code(errc::internal_error), {}};
+        co_return outcome<turn_record>{store_failure(e), {}};
     }
     if (!rec) co_return outcome<turn_record>{make_error_code(errc::not_found), {}};
     // Released by stop() before the turn ended.
@@ -323,7 +331,7 @@ service::read_tape(session_ref session_id, std::int64_t after, std::size_t limit
         entries = co_await impl_->rt->read_tape(std::move(session_id), after, limit);
     } catch (const std::exception& e) {
         log::error("store call failed", {{"error", e.what()}});
-        co_return out{make_error_code(errc::internal_error), {}};
+        co_return out{store_failure(e), {}};
     }
     co_return out{{}, std::move(entries)};
 }
@@ -334,7 +342,7 @@ asio::awaitable<outcome<nothing>> service::cancel(std::string turn_id) {
         e = co_await impl_->rt->cancel(std::move(turn_id));
     } catch (const std::exception& ex) {
         log::error("store call failed", {{"error", ex.what()}});
-        co_return outcome<nothing>{make_error_code(errc::internal_error), {}};
+        co_return outcome<nothing>{store_failure(ex), {}};
     }
     if (e) co_return outcome<nothing>{make_error_code(e->code), {}};
     co_return outcome<nothing>{};
