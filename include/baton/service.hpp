@@ -110,7 +110,8 @@ public:
     // --- Turns. ---
     // Admits a message: it is stored before the handler runs. Handler: void(error_code, accepted).
     // Errors: invalid_request (unknown agent, bad deliver), idempotency_key_reused,
-    // session_queue_full, session_busy, draining, internal_error (the store failed).
+    // session_queue_full, session_busy, draining, internal_error (the store failed),
+    // store_unavailable (its database cannot be reached).
     // Cancellation: none (the message is stored or refused either way).
     template <class Token> auto async_submit(accept_request m, Token&& token) {
         return detail::async_run<accepted>(get_executor(), submit(std::move(m), nullptr),
@@ -122,14 +123,15 @@ public:
     }
     // Completes once the turn has ended (completed, failed, stopped, ...) with its final record,
     // or at once when it already has. Handler: void(error_code, turn_record). Errors: not_found;
-    // draining when the service stops before the turn ends; internal_error (the store failed).
+    // draining when the service stops before the turn ends; internal_error (the store failed),
+    // store_unavailable (its database cannot be reached).
     // Cancellation: terminal and partial; the wait ends with operation_aborted and the turn goes on.
     template <class Token> auto async_wait_turn(std::string turn_id, Token&& token) {
         return detail::async_run<turn_record>(new_strand(), wait_turn(std::move(turn_id)),
                                               std::forward<Token>(token));
     }
     // The turn's record as it stands. Handler: void(error_code, turn_record). Errors: not_found,
-    // internal_error (the store failed).
+    // internal_error (the store failed), store_unavailable (its database cannot be reached).
     // Cancellation: none.
     template <class Token> auto async_get_turn(std::string turn_id, Token&& token) {
         return detail::async_run<turn_record>(get_executor(), get_turn(std::move(turn_id)),
