@@ -629,17 +629,10 @@ private:
         for (;;) {
             std::vector<pg_query> qs{query};
             try {
+                check_node_lock();
                 batch* b = current_batch();
                 if (b && !b->broken) return std::move(run(qs).front());
-                auto c = acquire_checked();
-                try {
-                    auto results = exec(*c, qs);
-                    give_back(std::move(c));
-                    return std::move(results.front());
-                } catch (...) {
-                    rollback_and_give_back(std::move(c));
-                    throw;
-                }
+                return std::move(run_pooled(qs).front());
             } catch (const pg_error& e) {
                 if (!e.connection_lost()) throw;
                 if (clock::now() + pause > give_up) throw store_unavailable(e.what());
@@ -651,11 +644,23 @@ private:
         }
     }
 
-    std::unique_ptr<pg_connection> acquire_checked() {
+    void check_node_lock() const {
         if (opts_.exclusive && !node_lock_.load())
             throw store_unavailable("postgres: this node does not hold the database's node lock "
                                     "(lost with its connection; another node may have it)");
-        return acquire();
+    }
+
+    // One pipeline (one implicit transaction) on a pooled connection.
+    std::vector<pg_result> run_pooled(std::vector<pg_query>& qs) {
+        auto c = acquire();
+        try {
+            auto results = exec(*c, qs);
+            give_back(std::move(c));
+            return results;
+        } catch (...) {
+            rollback_and_give_back(std::move(c));
+            throw;
+        }
     }
 
     pg_result run_one(pg_query query) {
@@ -676,9 +681,7 @@ private:
     }
 
     std::vector<pg_result> run_unchecked(std::vector<pg_query>& qs) {
-        if (opts_.exclusive && !node_lock_.load())
-            throw store_unavailable("postgres: this node does not hold the database's node lock "
-                                    "(lost with its connection; another node may have it)");
+        check_node_lock();
         if (batch* b = current_batch()) {
             if (b->broken)
                 throw store_unavailable("postgres: the batch's transaction was lost: " + b->why);
@@ -712,15 +715,7 @@ private:
                 throw;
             }
         }
-        auto c = acquire();
-        try {
-            auto results = exec(*c, qs);
-            give_back(std::move(c));
-            return results;
-        } catch (...) {
-            rollback_and_give_back(std::move(c));
-            throw;
-        }
+        return run_pooled(qs);
     }
 
     std::vector<pg_result> exec(pg_connection& c, std::vector<pg_query>& qs) {
