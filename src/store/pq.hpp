@@ -25,7 +25,6 @@ struct pq_api {
     X(PQsendQueryParams)                                                                                \
     X(PQsendPrepare)                                                                                    \
     X(PQsendQueryPrepared)                                                                              \
-    X(PQsendFlushRequest)                                                                               \
     X(PQflush)                                                                                          \
     X(PQconsumeInput)                                                                                   \
     X(PQisBusy)                                                                                         \
@@ -40,9 +39,6 @@ struct pq_api {
     X(PQgetlength)                                                                                      \
     X(PQcmdTuples)                                                                                      \
     X(PQtransactionStatus)                                                                              \
-    X(PQnotifies)                                                                                       \
-    X(PQfreemem)                                                                                        \
-    X(PQserverVersion)                                                                                  \
     X(PQconnectdb)                                                                                      \
     X(PQexec)
 #define BATON_PQ_MEMBER(name) decltype(&::name) name = nullptr;
