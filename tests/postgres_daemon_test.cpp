@@ -4,6 +4,7 @@
 // no accepted message (refusals meanwhile are 503 store_unavailable). Skipped without a cluster.
 #include "tests/daemon_fixture.hpp"
 #include "tests/pg_test.hpp"
+#include "tests/plain_http.hpp"
 
 #include <boost/test/unit_test.hpp>
 
@@ -38,6 +39,24 @@ struct pg_daemon {
         return connection(daemon->host(), daemon->port(), 20s).request(method, target, body, headers);
     }
 };
+
+// For test threads (no Boost.Test): a string member of a JSON body, or of its "error" object.
+std::string json_field(const std::string& body, const char* name) {
+    std::error_code ec;
+    auto v = json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    auto* x = v.as_object().if_contains(name);
+    return x && x->is_string() ? std::string(x->as_string()) : std::string();
+}
+std::string error_code_of(const std::string& body) {
+    std::error_code ec;
+    auto v = json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    auto* e = v.as_object().if_contains("error");
+    if (!e || !e->is_object()) return {};
+    auto* c = e->as_object().if_contains("code");
+    return c && c->is_string() ? std::string(c->as_string()) : std::string();
+}
 
 std::string text_body(const std::string& text) {
     return json::serialize(json::object{{"text", text}});
@@ -150,21 +169,29 @@ BOOST_AUTO_TEST_CASE(the_database_restarted_under_load_loses_nothing_accepted) {
         for (int i = 0; !stop.load() || i % 10 != 0; ++i) {
             auto key = "c" + std::to_string(c) + "-" + std::to_string(i);
             for (int attempt = 0; attempt < 200; ++attempt) {
-                auto r = d.request("POST", "/v1/sessions/load" + std::to_string(c) + "/messages",
-                                   text_body(key), {{"Idempotency-Key", key}});
-                if (r.status == 202u) {
+                // No Boost.Test here (not thread-safe): plain_request, and the checks after join.
+                std::string error;
+                auto r = plain_request(d.daemon->host(), d.daemon->port(), "POST",
+                                       "/v1/sessions/load" + std::to_string(c) + "/messages",
+                                       text_body(key), {{"Idempotency-Key", key}}, 20s, error);
+                if (!r) {
                     std::lock_guard lock(m);
-                    accepted[key] = string_at(body_object(r), "turn_id");
+                    bad.push_back("no response: " + error);
+                    return;
+                }
+                if (r->status == 202u) {
+                    std::lock_guard lock(m);
+                    accepted[key] = json_field(r->body, "turn_id");
                     break;
                 }
                 // A session whose turns wait on the database fills its queue: 429, retried too.
-                if (r.status == 429u && !check_error(r, 429, "session_queue_full").empty()) {
+                if (r->status == 429u && error_code_of(r->body) == "session_queue_full") {
                     std::this_thread::sleep_for(100ms);
                     continue;
                 }
-                if (r.status != 503u || check_error(r, 503, "store_unavailable").empty()) {
+                if (r->status != 503u || error_code_of(r->body) != "store_unavailable") {
                     std::lock_guard lock(m);
-                    bad.push_back(std::to_string(r.status) + " " + r.body);
+                    bad.push_back(std::to_string(r->status) + " " + r->body);
                     return;
                 }
                 refused.fetch_add(1);

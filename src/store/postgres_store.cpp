@@ -20,14 +20,15 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/use_future.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 
 namespace baton {
@@ -552,8 +553,54 @@ public:
 
 private:
     // Runs a coroutine on the store's loop and waits for its result (never called on the loop).
+    // No exception object crosses the threads: a failure is copied on the loop (pg_error as it is,
+    // anything else as its message) and thrown anew here, so that every exception lives on one
+    // thread (libstdc++'s exception_ptr counts its references where TSan cannot see them).
     template <class F> auto on_loop(F make) -> typename decltype(make())::value_type {
-        return asio::co_spawn(ioc_, make(), asio::use_future).get();
+        using T = typename decltype(make())::value_type;
+        using value_slot = std::conditional_t<std::is_void_v<T>, bool, T>;
+        struct outcome {
+            std::mutex m;
+            std::condition_variable cv;
+            bool done = false;
+            std::optional<value_slot> value;
+            std::optional<pg_error> pg;
+            std::optional<std::string> other;
+        };
+        auto out = std::make_shared<outcome>();
+        auto finish = [out](auto fill) {
+            std::lock_guard lock(out->m);
+            fill(*out);
+            out->done = true;
+            out->cv.notify_one();
+        };
+        auto fail = [finish](std::exception_ptr e) {
+            try {
+                std::rethrow_exception(e);
+            } catch (const pg_error& x) {
+                finish([&](outcome& o) { o.pg.emplace(x.what(), x.sqlstate(), x.constraint()); });
+            } catch (const std::exception& x) {
+                finish([&](outcome& o) { o.other.emplace(x.what()); });
+            } catch (...) {
+                finish([&](outcome& o) { o.other.emplace("postgres: unknown failure"); });
+            }
+        };
+        if constexpr (std::is_void_v<T>) {
+            asio::co_spawn(ioc_, make(), [finish, fail](std::exception_ptr e) {
+                if (e) return fail(e);
+                finish([](outcome& o) { o.value.emplace(true); });
+            });
+        } else {
+            asio::co_spawn(ioc_, make(), [finish, fail](std::exception_ptr e, T v) {
+                if (e) return fail(e);
+                finish([&](outcome& o) { o.value.emplace(std::move(v)); });
+            });
+        }
+        std::unique_lock lock(out->m);
+        out->cv.wait(lock, [&] { return out->done; });
+        if (out->pg) throw pg_error(out->pg->what(), out->pg->sqlstate(), out->pg->constraint());
+        if (out->other) throw std::runtime_error(*out->other);
+        if constexpr (!std::is_void_v<T>) return std::move(*out->value);
     }
 
     struct batch {
