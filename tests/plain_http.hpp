@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
+
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -136,6 +138,25 @@ plain_request(const std::string& host, unsigned short port, std::string_view met
     }
     if (length) r.body.resize(*length);
     return r;
+}
+
+// For test threads too: a string member of a JSON body ("" when absent), and the code of its
+// {"error": {"code"}}.
+inline std::string json_field(const std::string& body, const char* name) {
+    std::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    auto* x = v.as_object().if_contains(name);
+    return x && x->is_string() ? std::string(x->as_string()) : std::string();
+}
+inline std::string error_code_of(const std::string& body) {
+    std::error_code ec;
+    auto v = boost::json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    auto* e = v.as_object().if_contains("error");
+    if (!e || !e->is_object()) return {};
+    auto* c = e->as_object().if_contains("code");
+    return c && c->is_string() ? std::string(c->as_string()) : std::string();
 }
 
 } // namespace baton::test

@@ -40,24 +40,6 @@ struct pg_daemon {
     }
 };
 
-// For test threads (no Boost.Test): a string member of a JSON body, or of its "error" object.
-std::string json_field(const std::string& body, const char* name) {
-    std::error_code ec;
-    auto v = json::parse(body, ec);
-    if (ec || !v.is_object()) return {};
-    auto* x = v.as_object().if_contains(name);
-    return x && x->is_string() ? std::string(x->as_string()) : std::string();
-}
-std::string error_code_of(const std::string& body) {
-    std::error_code ec;
-    auto v = json::parse(body, ec);
-    if (ec || !v.is_object()) return {};
-    auto* e = v.as_object().if_contains("error");
-    if (!e || !e->is_object()) return {};
-    auto* c = e->as_object().if_contains("code");
-    return c && c->is_string() ? std::string(c->as_string()) : std::string();
-}
-
 std::string text_body(const std::string& text) {
     return json::serialize(json::object{{"text", text}});
 }

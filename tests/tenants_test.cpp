@@ -2,6 +2,7 @@
 // own, then a real daemon with three tokens of three tenants, driven over HTTP, SSE and WebSocket
 // as clients would: every 401 and 403, and every cross-tenant answer a 404.
 #include "tests/daemon_fixture.hpp"
+#include "tests/pg_test.hpp"
 #include "tests/ws_client.hpp"
 
 #include <baton/auth.hpp>
@@ -172,13 +173,33 @@ const header_list upgrade_headers{{"Upgrade", "websocket"},
                                   {"Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="},
                                   {"Sec-WebSocket-Version", "13"}};
 
+// BATON_TEST_TENANTS_ON_PG=1 (ctest's tenants_daemon_postgres): the daemon keeps everything in
+// the PostgreSQL test cluster, as a node of a cluster (a schema of its own per case).
+std::unique_ptr<pg_schema> tenants_schema() {
+    const char* on = std::getenv("BATON_TEST_TENANTS_ON_PG");
+    if (!on || std::string(on) != "1") return nullptr;
+    if (test_pg().empty()) {
+        BOOST_TEST_MESSAGE("BATON_TEST_PG is not set: the PostgreSQL run of the tenant cases is "
+                           "skipped (they run on SQLite)");
+        return nullptr;
+    }
+    return std::make_unique<pg_schema>();
+}
+
 struct tenants_fixture : daemon_fixture {
     issued a, b, ops;
+    std::unique_ptr<pg_schema> schema = tenants_schema();
     explicit tenants_fixture(std::string extra_server = "") : daemon_fixture(deferred{}) {
         a = new_token({"--tenant", "a"});
         b = new_token({"--tenant", "b"});
         ops = new_token({"--tenant", "ops", "--scope", "admin"});
-        auto cfg = write_file("baton.json", R"({"server": {)" + extra_server + R"("tokens": [)" +
+        std::string storage;
+        if (schema)
+            storage = json::serialize(json::object{
+                          {"postgres", {{"conninfo", schema->conninfo()}, {"cluster", true}}}}) +
+                      ", ";
+        auto cfg = write_file("baton.json", (schema ? R"({"storage": )" + storage : std::string("{")) +
+                                                R"("server": {)" + extra_server + R"("tokens": [)" +
                                                 a.entry + "," + b.entry + "," + ops.entry + "]}}");
         start({"--config", cfg.string()});
     }

@@ -195,6 +195,19 @@ asio::awaitable<reply> api::handle(const request_view& req) {
 namespace {
 // baton_tenant_*: one series per tenant with limits or turns since start (tenant names are
 // [A-Za-z0-9._-]: no label escaping needed).
+// A metric family's # HELP and # TYPE lines.
+void family_header(std::string& out, const char* name, const char* type, const char* help) {
+    out += "# HELP ";
+    out += name;
+    out += ' ';
+    out += help;
+    out += "\n# TYPE ";
+    out += name;
+    out += ' ';
+    out += type;
+    out += '\n';
+}
+
 void append_tenant_metrics(std::string& out, const std::vector<tenant_stats>& all) {
     struct family {
         const char* name;
@@ -216,19 +229,45 @@ void append_tenant_metrics(std::string& out, const std::vector<tenant_stats>& al
          &tenant_stats::quota_exceeded},
     };
     for (const auto& f : families) {
-        out += "# HELP ";
-        out += f.name;
-        out += ' ';
-        out += f.help;
-        out += "\n# TYPE ";
-        out += f.name;
-        out += ' ';
-        out += f.type;
-        out += '\n';
+        family_header(out, f.name, f.type, f.help);
         for (const auto& t : all) {
             out += f.name;
             out += "{tenant=\"" + t.tenant + "\"} " + std::to_string(t.*(f.field)) + "\n";
         }
+    }
+}
+
+// Several nodes: the cluster's and the PostgreSQL pool's series (docs/api.md "Metrics").
+void append_cluster_metrics(std::string& out, const cluster::stats& c) {
+    struct family {
+        const char* name;
+        const char* type;
+        const char* help;
+        std::int64_t cluster::stats::*field;
+    };
+    static constexpr family families[] = {
+        {"baton_cluster_nodes_live", "gauge", "Nodes whose lease holds, this one included.",
+         &cluster::stats::live_nodes},
+        {"baton_cluster_claims_total", "counter", "Claims of queued work made by this node.",
+         &cluster::stats::claims},
+        {"baton_cluster_claimed_turns_total", "counter", "Turns this node claimed to run.",
+         &cluster::stats::claimed_turns},
+        {"baton_cluster_taken_over_turns_total", "counter",
+         "Turns this node took over from nodes whose lease expired.", &cluster::stats::taken_over_turns},
+        {"baton_cluster_relayed_events_sent_total", "counter",
+         "Turn events this node relayed to other nodes.", &cluster::stats::relayed_out},
+        {"baton_cluster_relayed_events_received_total", "counter",
+         "Turn events other nodes relayed to this one.", &cluster::stats::relayed_in},
+        {"baton_pg_pool_connections_open", "gauge", "PostgreSQL connections open in the pool.",
+         &cluster::stats::pool_open},
+        {"baton_pg_pool_connections_idle", "gauge", "Of them, idle.", &cluster::stats::pool_idle},
+        {"baton_pg_pool_size", "gauge", "The pool's size (storage.postgres.pool_size).",
+         &cluster::stats::pool_size},
+    };
+    for (const auto& f : families) {
+        family_header(out, f.name, f.type, f.help);
+        out += f.name;
+        out += ' ' + std::to_string(c.*(f.field)) + '\n';
     }
 }
 } // namespace
@@ -272,6 +311,7 @@ asio::awaitable<reply> api::metrics_page() {
     reply r;
     r.body = rt_.fw().metrics().render(g);
     append_tenant_metrics(r.body, rt_.tenants());
+    if (auto c = rt_.cluster_stats()) append_cluster_metrics(r.body, *c);
     r.content_type = std::string(metrics_content_type);
     co_return r;
 }
@@ -485,7 +525,9 @@ api::open_events(const request_view& req, const std::string& tid, std::string_vi
     if (!rec) co_return error_reply(errc::not_found, "no such turn: " + tid);
     if (!is_terminal(rec->status)) {
         // Stored but not run by this process yet (recovered): its events will go to this log.
+        // Several nodes: perhaps another node runs it, which is asked to relay its events here.
         es.log = rt_.events().open(tid, session_of(*rec));
+        rt_.follow(tid);
         co_return es;
     }
     // Its events are no longer kept: a late subscriber still learns how it ended.

@@ -66,7 +66,8 @@ asio::awaitable<std::optional<time_ms>> read_cursor(runtime& rt, const schedule_
 
 // Never throws: a failure is logged (the next start then sees the previous value).
 asio::awaitable<void> write_cursor(runtime& rt, const schedule_config& c, time_ms value) {
-    std::vector<std::pair<std::string, std::string>> values{{cursor_name(c.name), std::to_string(value)}};
+    std::vector<std::pair<std::string, std::string>> values{
+        {cursor_name(c.name), std::to_string(value)}};
     if (co_await rt.write_cursors(std::move(values)))
         log::error("schedule: cannot store its cursor", about(c));
 }
@@ -144,6 +145,17 @@ asio::awaitable<void> run_worker(runtime& rt, worker_ptr w, options o) {
         const time_ms woke = o.clock->utc_ms();
         if (auto latest = next_fire(w->when, last, woke); latest && *latest > *slot && *latest <= woke)
             slot = latest;
+        // Several nodes: each runs the schedule, and the slot's idempotency key makes its fire
+        // one across them. An `every_ms` schedule is anchored at the cursor, which two nodes
+        // starting together may each have written; the one that finds a fire less than a period
+        // old in the cursor takes that node's grid instead of firing too.
+        if (w->when.every_ms && rt.cluster_stats()) {
+            auto shared = co_await read_cursor(rt, w->cfg);
+            if (shared && *shared > *slot - *w->when.every_ms && *shared != *slot) {
+                last = shared;
+                continue;
+            }
+        }
         co_await fire(rt, w->cfg, *slot);
         last = slot;
     }

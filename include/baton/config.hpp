@@ -116,6 +116,9 @@ struct storage_config {
     std::int64_t postgres_pool_size = 4;
     milliseconds postgres_connect_timeout{5000};
     milliseconds postgres_query_timeout{30000};
+    bool postgres_cluster = false;      // several nodes on the database (docs/design.md)
+    milliseconds postgres_lease{10000}; // a node is taken over once its lease ran out
+    std::string postgres_node_id;       // empty: a random one at each start
 };
 
 struct webhook_target {

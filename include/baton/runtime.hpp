@@ -194,6 +194,16 @@ public:
     // Called (on the session's strand) after a turn's final record is stored.
     void on_turn_finished(std::function<void(const turn_record&)> f);
 
+    // Several nodes on one database (store::cluster(); docs/design.md "Several nodes").
+    // Asks the node running the turn to relay its events here: a reader on this node follows a
+    // turn another node runs (the HTTP channel's SSE does). A no-op on one node.
+    void follow(const std::string& turn_id);
+    // Called (on a runtime thread) with open outbox items this node took over from a node whose
+    // lease expired. Register before recover().
+    void on_outbox_taken_over(std::function<void(std::vector<outbox_item>)> f);
+    // The cluster's figures (GET /metrics), or nullopt on one node.
+    std::optional<cluster::stats> cluster_stats() const;
+
     framework& fw() { return fw_; }
     // The clock of its timers (runtime_options::clock); never null.
     const std::shared_ptr<baton::clock>& clock() const;
@@ -201,6 +211,8 @@ public:
     event_hub& events();
 
 private:
+    asio::awaitable<accept_result> accept_for_cluster(turn_record rec, idempotency idem,
+                                                      std::function<void(const accepted&)> on_stored);
     struct impl;
     framework& fw_;
     std::atomic<bool> draining_{false};

@@ -47,6 +47,11 @@ struct service_options {
     // What the timers that decide behaviour run on: schedules, the Telegram debounce and
     // backoff, outbox retries, idle compaction (runtime::clock()). Tests pass a manual_clock.
     std::shared_ptr<baton::clock> clock = system_clock();
+    // Several nodes on PostgreSQL (storage.postgres.cluster): called once, on the store's thread,
+    // when this node finds its lease expired. Its work belongs to other nodes by then and the
+    // store refuses every call; `baton serve` exits (code 3). Unset: the service stays up,
+    // answering 503 store_unavailable, until it is stopped.
+    std::function<void(const std::string& why)> on_lease_lost;
 };
 
 // One of a turn's events, as a subscription hands it over.
@@ -92,10 +97,12 @@ public:
     // async_stop() to stop what had started, as far as it went: recovered turns drain, a channel
     // is stopped if it had started and closed if it had been attached, one never attached is left.
     template <class Token> auto async_start(Token&& token) {
-        return detail::async_run<detail::nothing>(get_executor(), start(nullptr), std::forward<Token>(token));
+        return detail::async_run<detail::nothing>(get_executor(), start(nullptr),
+                                                  std::forward<Token>(token));
     }
     template <class Token> auto async_start(diagnostics& diag, Token&& token) {
-        return detail::async_run<detail::nothing>(get_executor(), start(&diag), std::forward<Token>(token));
+        return detail::async_run<detail::nothing>(get_executor(), start(&diag),
+                                                  std::forward<Token>(token));
     }
     // Stops the channels (no new messages), drains (running turns finish within drain_grace;
     // queued ones stay stored for the next start), then closes the channels' connections and

@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -58,9 +59,75 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// Several nodes on one database (docs/design.md "Several nodes"): what a store that serves a
+// cluster offers the runtime beside the store calls. Each live session has one owner node, which
+// alone runs its turns, in accept order; a node that accepts a message for a session it does not
+// own only stores it, and the owner claims it. A node whose lease expired is taken over: its
+// sessions, queued and running turns and open outbox items go to the nodes that claim them.
+struct claimed_work {
+    struct turn {
+        turn_record record;      // as stored: queued, or running when taken over from a dead node
+        std::string accepted_by; // the node that accepted it (its client may follow it there)
+        std::string taken_from;  // the dead node it was claimed from, or empty
+    };
+    std::vector<turn> turns;         // in accept order per session
+    std::vector<outbox_item> outbox; // open items of dead nodes, now this node's to deliver
+};
+
+// An event of a turn, relayed between nodes: to the node that accepted the turn, and to any node
+// that follows it (cluster::follow).
+struct relayed_event {
+    std::string turn_id;
+    session_ref session;
+    std::string type;     // as published (turn_event::type)
+    std::string data;     // the event's JSON text
+    std::int64_t seq = 0; // its seq on the node running the turn (receivers drop repeats)
+    std::string to;       // one node (a replay for a follower), or empty: every node
+};
+
+class cluster {
+public:
+    virtual ~cluster() = default;
+    virtual const std::string& node_id() const = 0;
+
+    // A store call (blocking): claims what this node should run now: queued turns of sessions it
+    // owns or that have no live owner (it becomes their owner), with those of dead nodes, and
+    // the dead nodes' open outbox items.
+    virtual claimed_work claim() = 0;
+
+    // Called once before work starts. `work`: there may be something to claim (a message for a
+    // session this node owns was stored, somewhere). `event`: an event another node relays. `watch`:
+    // another node follows a turn (its events should be relayed). Called on the store's thread;
+    // they must not block.
+    virtual void subscribe(std::function<void()> work, std::function<void(relayed_event)> event,
+                           std::function<void(const std::string& turn_id)> watch) = 0;
+
+    // Sends an event to the other nodes (never blocks; it goes out within a few milliseconds).
+    virtual void relay(relayed_event e) = 0;
+    // Asks the node running the turn to relay its events here (never blocks).
+    virtual void follow(const std::string& turn_id) = 0;
+
+    // For /metrics.
+    struct stats {
+        std::int64_t live_nodes = 0;       // nodes whose lease holds, this one included
+        std::int64_t claims = 0;           // claim() calls
+        std::int64_t claimed_turns = 0;    // turns claimed
+        std::int64_t taken_over_turns = 0; // of them, from dead nodes
+        std::int64_t relayed_out = 0;      // events sent to other nodes
+        std::int64_t relayed_in = 0;       // events received
+        std::int64_t pool_open = 0;        // connections open ...
+        std::int64_t pool_idle = 0;        // ... and idle
+        std::int64_t pool_size = 0;
+    };
+    virtual stats status() const = 0;
+};
+
 class store {
 public:
     virtual ~store() = default;
+
+    // The cluster this store serves (several nodes on one database), or nullptr (one node).
+    virtual baton::cluster* cluster() { return nullptr; }
 
     // Why the store cannot serve now (its database is unreachable), or nullopt: /readyz answers
     // 503 store_unavailable meanwhile. Cheap: it reports what the store last saw, never blocks.
@@ -169,8 +236,9 @@ std::unique_ptr<store> make_sqlite_store(const sqlite_options& opts);
 // PostgreSQL (docs/design.md "PostgreSQL"): libpq, loaded at the first open, runs non-blocking on
 // the store's own event loop over a pool of connections; the schema is migrated at open, once
 // across nodes. The conninfo is libpq's (keywords or a postgres:// URI); `baton serve` refuses one
-// that names a password in its config file (libpq takes it from PGPASSWORD or ~/.pgpass). Throws std::invalid_argument for bad options, std::runtime_error
-// when the database cannot be reached or migrated.
+// that names a password in its config file (libpq takes it from PGPASSWORD or ~/.pgpass). Throws
+// std::invalid_argument for bad options, std::runtime_error when the database cannot be reached or
+// migrated.
 struct postgres_options {
     std::string conninfo;
     std::size_t pool_size = 4;                        // connections at most
@@ -180,7 +248,16 @@ struct postgres_options {
     std::chrono::milliseconds probe_interval{1000};   // the health probe (unavailable())
     // One node per database (schema): the store holds an advisory lock of its schema while it is
     // open, and refuses to open (or to serve, once it lost the lock) beside another holder.
+    // Ignored when `cluster` is set.
     bool exclusive = true;
+    // Several nodes on the database (store::cluster()): each one a row in baton_nodes, renewed
+    // every probe_interval; other nodes take a node over once `lease` has passed without renewal.
+    bool cluster = false;
+    std::chrono::milliseconds lease{10000};
+    std::string node_id; // empty: a random one for each open
+    // Cluster: called once (on the store's thread) when this node finds its lease expired: its
+    // work belongs to other nodes now, and every later call fails. `baton serve` exits.
+    std::function<void(const std::string& why)> on_lease_lost;
 };
 std::unique_ptr<store> make_postgres_store(const postgres_options& opts);
 

@@ -92,6 +92,11 @@ int run_daemon(const serve_options& opts) {
     if (!loaded) return 2;
     service_options so;
     so.config = std::move(*loaded);
+    // Its work is other nodes' by now: it ends at once, as a crash would, writing nothing more.
+    so.on_lease_lost = [](const std::string& why) {
+        log::error("this node's lease expired: exiting", {{"why", why}});
+        std::_Exit(3);
+    };
     auto& cfg = so.config;
     if (opts.listen) cfg.server.listen = *opts.listen;
     if (opts.threads) cfg.server.threads = *opts.threads;

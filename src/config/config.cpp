@@ -170,7 +170,7 @@ void read_storage(config_errors& e, const json::value& v, storage_config& out) {
         out.type = storage_config::kind::postgres;
         object_reader po(e, *p, o.path("postgres"),
                          {"conninfo", "conninfo_env", "pool_size", "connect_timeout_ms",
-                          "query_timeout_ms"});
+                          "query_timeout_ms", "cluster", "lease_ms", "node_id"});
         if (po.has("conninfo") == po.has("conninfo_env"))
             po.fail("", "expected exactly one of conninfo, conninfo_env");
         if (po.read_text("conninfo", out.postgres_conninfo) &&
@@ -181,6 +181,17 @@ void read_storage(config_errors& e, const json::value& v, storage_config& out) {
         po.read("pool_size", out.postgres_pool_size, 1, 1000);
         po.read("connect_timeout_ms", out.postgres_connect_timeout);
         po.read("query_timeout_ms", out.postgres_query_timeout);
+        po.read("cluster", out.postgres_cluster);
+        // At least two renewals (one a second) fit in a lease.
+        po.read("lease_ms", out.postgres_lease, 2000);
+        if (po.read_text("node_id", out.postgres_node_id) &&
+            (out.postgres_node_id.size() > 64 ||
+             out.postgres_node_id.find_first_not_of(
+                 "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                 "0123456789-_.") != std::string::npos))
+            po.fail("node_id", "expected 1 to 64 letters, digits, '-', '_' or '.'");
+        if ((po.has("lease_ms") || po.has("node_id")) && !out.postgres_cluster)
+            po.fail(po.has("lease_ms") ? "lease_ms" : "node_id", "applies only with \"cluster\": true");
     }
     if (const json::value* m = o.find("memory")) {
         out.type = storage_config::kind::memory;

@@ -264,10 +264,23 @@ struct delivery::impl {
 
     asio::awaitable<bool> dispatch(turn_context& ctx, const outbound& item);
     asio::awaitable<std::size_t> recover(const std::shared_ptr<lane>& l);
+    // Queues items left open by an earlier process (or a dead node): `sending` ones pending and
+    // uncertain, those of a recipient no longer configured failed.
+    asio::awaitable<std::size_t> resume(const std::shared_ptr<lane>& l, std::vector<outbox_item> items);
+    // Several nodes: items this node took over from a node whose lease expired.
+    asio::awaitable<void> take_over(std::vector<outbox_item> items);
 };
 
 delivery::delivery(asio::any_io_executor ex, runtime& rt, delivery_options o)
-    : impl_(std::make_shared<impl>(std::move(ex), rt, std::move(o))) {}
+    : impl_(std::make_shared<impl>(std::move(ex), rt, std::move(o))) {
+    // Several nodes: a node's open items are its own; a dead node's come through its claims.
+    std::weak_ptr<impl> weak = impl_;
+    rt.on_outbox_taken_over([weak](std::vector<outbox_item> items) {
+        auto i = weak.lock();
+        if (!i) return;
+        asio::co_spawn(i->ex, i->take_over(std::move(items)), log::spawn_logger{"outbox take-over"});
+    });
+}
 
 delivery::~delivery() = default;
 
@@ -324,7 +337,26 @@ asio::awaitable<std::size_t> delivery::impl::recover(const std::shared_ptr<lane>
     open.channel = std::string(l->ch->name());
     open.limit = std::numeric_limits<std::size_t>::max();
     auto list = [open](store& s) { return s.list_outbox(open); };
-    auto items = co_await rt.fw().db().run(std::move(list));
+    co_return co_await resume(l, co_await rt.fw().db().run(std::move(list)));
+}
+
+asio::awaitable<void> delivery::impl::take_over(std::vector<outbox_item> items) {
+    std::map<std::string, std::vector<outbox_item>> by_channel;
+    for (auto& o : items)
+        by_channel[o.channel].push_back(std::move(o));
+    for (auto& [channel, list] : by_channel) {
+        auto it = lanes.find(channel);
+        if (it == lanes.end()) {
+            log::warn("outbox items taken over for a channel this node has not configured",
+                      {{"channel", channel}, {"count", list.size()}});
+            continue;
+        }
+        co_await resume(it->second, std::move(list));
+    }
+}
+
+asio::awaitable<std::size_t> delivery::impl::resume(const std::shared_ptr<lane>& l,
+                                                    std::vector<outbox_item> items) {
     std::size_t queued = 0, uncertain = 0;
     for (auto& item : items) {
         bool changed = false;
@@ -351,15 +383,19 @@ asio::awaitable<std::size_t> delivery::impl::recover(const std::shared_ptr<lane>
         }
     }
     if (!items.empty())
-        log::info("recovered outbox items",
-                  {{"channel", open.channel}, {"queued", queued}, {"uncertain", uncertain}});
+        log::info(
+            "recovered outbox items",
+            {{"channel", std::string(l->ch->name())}, {"queued", queued}, {"uncertain", uncertain}});
     co_return queued;
 }
 
 asio::awaitable<std::size_t> delivery::start() {
     std::size_t queued = 0;
-    for (auto& [name, l] : impl_->lanes)
-        queued += co_await impl_->recover(l);
+    // Several nodes: the open items of the nodes before come by take-over (claims), not by a scan
+    // that would take those of live nodes too.
+    if (!impl_->rt.fw().db().store().cluster())
+        for (auto& [name, l] : impl_->lanes)
+            queued += co_await impl_->recover(l);
     for (auto& [name, l] : impl_->lanes)
         asio::post(l->strand, [l = l] {
             l->running = true;

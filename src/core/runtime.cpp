@@ -20,6 +20,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/system_error.hpp>
 
+#include <limits>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -139,6 +140,36 @@ struct runtime::impl {
     void compaction_due(const session_ref& s, const std::string& agent, std::chrono::milliseconds after);
     asio::awaitable<void> idle_loop();
     asio::awaitable<void> run_compaction(std::shared_ptr<session_actor> a, turn_record rec);
+
+    // Several nodes (store::cluster(), docs/design.md "Several nodes"). Set by recover() before
+    // any message is accepted. A message is only stored here; the session's owner claims it
+    // (claim_loop) and runs it. Events of a turn whose message another node accepted, or that
+    // another node follows, are relayed through the database; relayed events of turns this node
+    // accepted or follows go into its own logs.
+    baton::cluster* cl = nullptr;
+    asio::any_io_executor cluster_strand = asio::make_strand(ex);
+    // On cluster_strand:
+    std::unique_ptr<asio::steady_timer> claim_timer;
+    bool claim_again = false;
+    std::unordered_map<std::string, std::int64_t> relayed_seen; // turn -> last source seq applied
+    std::unordered_map<std::string, std::chrono::steady_clock::time_point> watched; // followed early
+    // Under relay_mutex: turns claimed here and not finished, and those whose events go out.
+    std::mutex relay_mutex;
+    std::unordered_map<std::string, session_ref> mine;
+    std::unordered_map<std::string, std::pair<session_ref, std::uint64_t>> relaying; // its listener
+    std::function<void(std::vector<outbox_item>)> on_outbox_claimed;
+
+    void join_cluster(baton::cluster& c);
+    void poke_claim();
+    asio::awaitable<void> claim_loop();
+    asio::awaitable<std::size_t> claim_once();
+    // Relays the turn's events from now on, and (`replay`) those its log holds already.
+    void start_relay(const std::string& turn_id, const session_ref& session, bool replay);
+    void stop_relay(const std::string& turn_id);
+    void on_relayed(relayed_event e);
+    asio::awaitable<void> relayed_end(std::string turn_id);
+    asio::awaitable<void> follow_end(std::string turn_id);
+    void on_watch(const std::string& turn_id);
 };
 
 runtime::runtime(asio::any_io_executor ex, framework& fw, event_hub_options events)
@@ -612,6 +643,10 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
     hub.open(rec.turn_id, session_of(rec))->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
     hand_over(rec);
+    if (cl) {
+        std::lock_guard lock(relay_mutex);
+        mine.erase(rec.turn_id);
+    }
     std::lock_guard lock(observers_mutex);
     for (auto& f : observers)
         f(rec);
@@ -679,9 +714,27 @@ runtime::impl::wait_here(std::string turn_id, std::string tenant, std::optional<
         unregister(turn_id, w);
         co_return rec;
     }
-    w->timer.expires_at(up_to ? clk->now() + *up_to : clock::time_point::max());
+    const auto until = up_to ? clk->now() + *up_to : clock::time_point::max();
     for (;;) {
+        // Several nodes: the end of a turn another node runs may come by relay, or not (this
+        // node neither accepted nor follows it): the record is read again every second.
+        auto at = until;
+        if (cl && until - clk->now() > std::chrono::seconds(1))
+            at = clk->now() + std::chrono::seconds(1);
+        w->timer.expires_at(at);
         auto [ec] = co_await w->timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        if (!ec && at != until && !w->record && !w->released) {
+            std::optional<turn_record> now;
+            try {
+                now = co_await rt.get_turn(turn_id, tenant);
+            } catch (const std::exception&) {
+            }
+            if (now && is_terminal(now->status)) {
+                w->record = std::move(now);
+                break;
+            }
+            continue;
+        }
         if (w->record || w->released || !ec) break; // the end, a release, or `up_to` passed
         if (co_await detail::cancelled()) {
             unregister(turn_id, w);
@@ -770,6 +823,9 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         auto current = impl_->actors.running_turn(key);
         if (!current.empty()) impl_->signal_running(current);
     }
+    if (impl_->cl)
+        co_return co_await accept_for_cluster(std::move(rec), std::move(req.idem),
+                                              std::move(req.on_stored));
     // The slot is taken before the store write so that accept order is run order.
     auto reserved = impl_->actors.reserve(key, ag->config.admission, rec);
     if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);
@@ -822,6 +878,34 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         if (!current.empty()) impl_->signal_running(current);
     }
     impl_->kick(actor);
+    co_return ok;
+}
+
+// Several nodes: the message is stored, queued, for whichever node owns its session (this one,
+// perhaps), which claims it; the store tells the owner. Its events reach this node's log by relay.
+asio::awaitable<accept_result>
+runtime::accept_for_cluster(turn_record rec, idempotency idem,
+                            std::function<void(const accepted&)> on_stored) {
+    insert_result stored;
+    try {
+        auto insert = [rec, idem = std::move(idem)](store& s) { return s.insert_turn(rec, idem); };
+        stored = co_await fw_.db().run(std::move(insert));
+    } catch (const std::exception& e) {
+        log::error("cannot store a message", {{"session_id", rec.session_id}, {"error", e.what()}});
+        if (dynamic_cast<const baton::store_unavailable*>(&e))
+            co_return api_error{errc::store_unavailable,
+                                "the database is unreachable: the message was not accepted (retry "
+                                "with the same Idempotency-Key)"};
+        co_return api_error{errc::internal_error, "the message could not be stored"};
+    }
+    if (stored.outcome == insert_outcome::key_reused)
+        co_return api_error{errc::idempotency_key_reused,
+                            "this Idempotency-Key was already used with another request"};
+    accepted ok{stored.turn_id, rec.session_id, stored.outcome == insert_outcome::replayed};
+    if (on_stored) on_stored(ok);
+    if (ok.replayed) co_return ok;
+    fw_.metrics().turn_accepted();
+    impl_->hub.open(rec.turn_id, session_of(rec))->publish_text("turn.queued", "{}");
     co_return ok;
 }
 
@@ -970,6 +1054,13 @@ asio::awaitable<std::size_t> runtime::recover() {
         for (const auto& r : co_await fw_.db().run(std::move(read)))
             impl_->quotas.restore_usage(r.tenant, r.day, r.turns, r.prompt_tokens + r.completion_tokens);
     }
+    if (auto* c = fw_.db().store().cluster()) {
+        // Several nodes: this node's work is what it claims, now and whenever it is told.
+        impl_->join_cluster(*c);
+        auto n = co_await detail::run_on(impl_->cluster_strand, impl_->claim_once());
+        asio::co_spawn(impl_->cluster_strand, impl_->claim_loop(), log::spawn_logger{"cluster claims"});
+        co_return n;
+    }
     auto list = [](store& s) { return s.unfinished_turns(); };
     auto turns = co_await fw_.db().run(list);
     std::vector<std::shared_ptr<session_actor>> to_kick;
@@ -999,6 +1090,242 @@ asio::awaitable<std::size_t> runtime::recover() {
         impl_->kick(a);
     if (!turns.empty()) log::info("recovered unfinished turns", {{"count", turns.size()}});
     co_return turns.size();
+}
+
+// ---- Several nodes ----
+
+void runtime::impl::join_cluster(baton::cluster& c) {
+    cl = &c;
+    claim_timer = std::make_unique<asio::steady_timer>(cluster_strand);
+    // Called on the store's thread: each only posts.
+    c.subscribe([this] { poke_claim(); }, [this](relayed_event e) { on_relayed(std::move(e)); },
+                [this](const std::string& turn_id) { on_watch(turn_id); });
+}
+
+void runtime::impl::poke_claim() {
+    asio::post(cluster_strand, [this] {
+        claim_again = true;
+        if (claim_timer) claim_timer->cancel();
+    });
+}
+
+// Claims when told (a message stored for a session this node owns or that has no owner), and
+// every second: a node whose lease expired is taken over within its lease and a second.
+asio::awaitable<void> runtime::impl::claim_loop() {
+    while (!rt.draining()) {
+        if (!claim_again) {
+            claim_timer->expires_after(std::chrono::seconds(1));
+            boost::system::error_code ec;
+            co_await claim_timer->async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            if (rt.draining()) break;
+        }
+        claim_again = false;
+        co_await claim_once();
+    }
+}
+
+// On cluster_strand (one claim at a time, so that a session's turns queue in accept order).
+asio::awaitable<std::size_t> runtime::impl::claim_once() {
+    claimed_work w;
+    try {
+        auto claim = [c = cl](store&) { return c->claim(); };
+        w = co_await rt.fw_.db().run(std::move(claim));
+    } catch (const std::exception& e) {
+        log::warn("cannot claim work", {{"error", e.what()}});
+        co_return 0;
+    }
+    std::vector<std::shared_ptr<session_actor>> to_kick;
+    for (auto& t : w.turns) {
+        auto& rec = t.record;
+        if (!t.taken_from.empty())
+            log::info(
+                "taking over a turn",
+                {{"turn_id", rec.turn_id}, {"from", t.taken_from}, {"status", to_string(rec.status)}});
+        bool relay = t.accepted_by != cl->node_id();
+        if (auto it = watched.find(rec.turn_id); it != watched.end()) {
+            relay = true;
+            watched.erase(it);
+        }
+        {
+            std::lock_guard lock(relay_mutex);
+            mine.emplace(rec.turn_id, session_of(rec));
+        }
+        if (relay) start_relay(rec.turn_id, session_of(rec), false);
+        const agent* ag = rt.fw_.find_agent(rec.agent);
+        // A turn its dead node was running: as after a crash (issue 11's semantics).
+        if (rec.status == turn_status::running && rec.side_effects &&
+            !(ag && ag->config.rerun_abandoned)) {
+            rec.status = turn_status::failed;
+            rec.error = error_info{"abandoned", "the node running this turn stopped"};
+            rec.finished_at = now_ms();
+            try {
+                auto finish = [rec](store& s) { s.finish_turn(rec); };
+                co_await rt.fw_.db().run(std::move(finish));
+            } catch (const std::exception& e) {
+                log::warn("cannot end a turn taken over",
+                          {{"turn_id", rec.turn_id}, {"error", e.what()}});
+                continue;
+            }
+            rt.fw_.metrics().turn_finished(rec.status);
+            hub.open(rec.turn_id, session_of(rec))->publish("turn.finished", finished_event_data(rec));
+            hub.retire(rec.turn_id);
+            {
+                std::lock_guard lock(relay_mutex);
+                mine.erase(rec.turn_id);
+            }
+            hand_over(rec);
+            continue;
+        }
+        if (rec.status == turn_status::running)
+            log::info("running a turn again", {{"turn_id", rec.turn_id}, {"attempt", rec.attempt + 1}});
+        rec.status = turn_status::queued;
+        rec.started_at.reset();
+        to_kick.push_back(actors.requeue(rec));
+    }
+    for (auto& a : to_kick)
+        kick(a);
+    if (!w.outbox.empty()) {
+        log::info("took over outbox items", {{"count", w.outbox.size()}});
+        if (on_outbox_claimed) on_outbox_claimed(std::move(w.outbox));
+    }
+    co_return w.turns.size();
+}
+
+void runtime::impl::start_relay(const std::string& turn_id, const session_ref& session, bool replay) {
+    {
+        std::lock_guard lock(relay_mutex);
+        if (relaying.count(turn_id)) return;
+        relaying[turn_id] = {session, 0};
+    }
+    auto* c = cl;
+    auto id = hub.listen(session, [this, c, turn_id](const turn_log& log, const event_ptr& e) {
+        if (log.turn_id() != turn_id) return;
+        c->relay({log.turn_id(), log.session(), e->type, e->data, e->seq, {}});
+        if (e->type == "turn.finished") asio::post(ex, [this, turn_id] { stop_relay(turn_id); });
+    });
+    {
+        std::lock_guard lock(relay_mutex);
+        relaying[turn_id].second = id;
+    }
+    // What it published before: receivers drop the seqs they have.
+    if (replay)
+        if (auto log = hub.find(turn_id))
+            for (auto& e : log->read_after(0, std::numeric_limits<std::size_t>::max()).events)
+                c->relay({turn_id, session, e->type, e->data, e->seq, {}});
+}
+
+void runtime::impl::stop_relay(const std::string& turn_id) {
+    std::pair<session_ref, std::uint64_t> entry;
+    {
+        std::lock_guard lock(relay_mutex);
+        auto it = relaying.find(turn_id);
+        if (it == relaying.end()) return;
+        entry = std::move(it->second);
+        relaying.erase(it);
+    }
+    if (entry.second != 0) hub.unlisten(entry.first, entry.second);
+}
+
+// On the store's thread: into this node's log of the turn, if it has one, in the runner's order.
+void runtime::impl::on_relayed(relayed_event e) {
+    asio::post(cluster_strand, [this, e = std::move(e)]() mutable {
+        if (e.type == "turn.finished") {
+            relayed_seen.erase(e.turn_id);
+            bool wanted = hub.find(e.turn_id) != nullptr;
+            if (!wanted) {
+                std::lock_guard lock(waiters_mutex);
+                wanted = waiters.count(e.turn_id) > 0;
+            }
+            if (wanted)
+                asio::co_spawn(ex, relayed_end(e.turn_id), log::spawn_logger{"relayed turn end"});
+            return;
+        }
+        auto log = hub.find(e.turn_id);
+        if (!log) return;
+        auto& seen = relayed_seen[e.turn_id];
+        if (e.seq != 0 && e.seq <= seen) return;
+        seen = e.seq;
+        log->publish_text(e.type, std::move(e.data));
+    });
+}
+
+// Another node ended a turn this node has a log or waiters for: the stored record tells how.
+asio::awaitable<void> runtime::impl::relayed_end(std::string turn_id) {
+    auto get = [id = turn_id](store& s) { return s.get_turn(id); };
+    std::optional<turn_record> rec;
+    try {
+        rec = co_await rt.fw_.db().run(std::move(get));
+    } catch (const std::exception& e) {
+        log::warn("cannot read a turn another node ended", {{"turn_id", turn_id}, {"error", e.what()}});
+        co_return;
+    }
+    if (!rec || !is_terminal(rec->status)) co_return;
+    if (auto log = hub.find(turn_id)) {
+        log->publish("turn.finished", finished_event_data(*rec));
+        hub.retire(turn_id);
+    }
+    hand_over(*rec);
+}
+
+// Another node follows a turn: relayed from here if it is this node's, else once it is claimed.
+void runtime::impl::on_watch(const std::string& turn_id) {
+    asio::post(cluster_strand, [this, turn_id] {
+        std::optional<session_ref> session;
+        {
+            std::lock_guard lock(relay_mutex);
+            if (auto it = mine.find(turn_id); it != mine.end()) session = it->second;
+        }
+        if (session) {
+            start_relay(turn_id, *session, true);
+            return;
+        }
+        auto now = std::chrono::steady_clock::now();
+        if (watched.size() > 10000)
+            for (auto it = watched.begin(); it != watched.end();)
+                it = now - it->second > std::chrono::minutes(10) ? watched.erase(it) : std::next(it);
+        watched[turn_id] = now;
+    });
+}
+
+void runtime::follow(const std::string& turn_id) {
+    if (!impl_->cl) return;
+    impl_->cl->follow(turn_id);
+    asio::co_spawn(impl_->cluster_strand, impl_->follow_end(turn_id), log::spawn_logger{"follow"});
+}
+
+// A followed turn may end before its runner hears of the follower (or it ran nowhere yet and
+// its runner stops): its end is read from the store every second while the log waits for it.
+asio::awaitable<void> runtime::impl::follow_end(std::string turn_id) {
+    asio::steady_timer timer(cluster_strand);
+    while (!rt.draining()) {
+        timer.expires_after(std::chrono::seconds(1));
+        boost::system::error_code ec;
+        co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+        auto log = hub.find(turn_id);
+        if (!log || log->read_after(std::numeric_limits<std::int64_t>::max(), 1).finished) co_return;
+        auto get = [id = turn_id](store& s) { return s.get_turn(id); };
+        std::optional<turn_record> rec;
+        try {
+            rec = co_await rt.fw_.db().run(std::move(get));
+        } catch (const std::exception&) {
+            continue;
+        }
+        if (!rec) co_return;
+        if (!is_terminal(rec->status)) continue;
+        // Through the relay path's own end, so that it is published once.
+        relayed_seen.erase(turn_id);
+        co_await relayed_end(turn_id);
+        co_return;
+    }
+}
+
+void runtime::on_outbox_taken_over(std::function<void(std::vector<outbox_item>)> f) {
+    impl_->on_outbox_claimed = std::move(f);
+}
+
+std::optional<cluster::stats> runtime::cluster_stats() const {
+    if (!impl_->cl) return std::nullopt;
+    return impl_->cl->status();
 }
 
 asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {

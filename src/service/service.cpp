@@ -34,7 +34,8 @@ std::shared_ptr<model_client> make_model(asio::any_io_executor ex, const agent_c
                                 a.model.provider);
 }
 
-std::shared_ptr<store> open_store(const config& cfg) {
+std::shared_ptr<store> open_store(const config& cfg,
+                                  std::function<void(const std::string&)> on_lease_lost) {
     switch (cfg.storage.type) {
     case storage_config::kind::memory:
         return make_memory_store();
@@ -51,6 +52,10 @@ std::shared_ptr<store> open_store(const config& cfg) {
         o.pool_size = static_cast<std::size_t>(cfg.storage.postgres_pool_size);
         o.connect_timeout = cfg.storage.postgres_connect_timeout;
         o.query_timeout = cfg.storage.postgres_query_timeout;
+        o.cluster = cfg.storage.postgres_cluster;
+        o.lease = cfg.storage.postgres_lease;
+        o.node_id = cfg.storage.postgres_node_id;
+        o.on_lease_lost = std::move(on_lease_lost);
         return make_postgres_store(o);
     }
     case storage_config::kind::sqlite:
@@ -122,7 +127,7 @@ service::service(asio::any_io_executor ex, service_options opts)
     auto& i = *impl_;
     const auto& cfg = i.opts.config;
     try {
-        i.db = std::make_unique<store_runner>(open_store(cfg));
+        i.db = std::make_unique<store_runner>(open_store(cfg, i.opts.on_lease_lost));
     } catch (const std::exception& e) {
         // A framework over an empty memory store keeps the members usable; start() refuses.
         i.init_error = e.what();

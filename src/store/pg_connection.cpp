@@ -239,4 +239,29 @@ asio::awaitable<std::vector<pg_result>> pg_connection::exec(std::vector<pg_query
     co_return out;
 }
 
+std::vector<std::pair<std::string, std::string>> pg_connection::take_notifications() {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (!conn_) return out;
+    while (PGnotify* n = pq().PQnotifies(conn_)) {
+        out.emplace_back(n->relname ? n->relname : "", n->extra ? n->extra : "");
+        pq().PQfreemem(n);
+    }
+    return out;
+}
+
+asio::awaitable<bool> pg_connection::wait_input(std::chrono::milliseconds timeout) {
+    if (!ok()) co_return false;
+    arm(timeout);
+    boost::system::error_code ec;
+    co_await socket_.async_wait(wait_type::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    bool expired = timed_out_;
+    deadline_.cancel();
+    if (expired) co_return true;
+    if (ec || pq().PQconsumeInput(conn_) == 0) {
+        close();
+        co_return false;
+    }
+    co_return true;
+}
+
 } // namespace baton::detail

@@ -82,6 +82,13 @@ public:
     // PQTRANS_IDLE, INTRANS or INERROR once exec has returned.
     PGTransactionStatusType transaction_status() const;
 
+    // Notifications received (LISTEN), oldest first, taken from the connection.
+    std::vector<std::pair<std::string, std::string>> take_notifications();
+
+    // Waits until the server sends something (a notification) or `timeout` passes; false on a
+    // lost connection.
+    boost::asio::awaitable<bool> wait_input(std::chrono::milliseconds timeout);
+
 private:
     boost::asio::awaitable<void> wait(boost::asio::posix::stream_descriptor::wait_type w);
     boost::asio::awaitable<void> flush();

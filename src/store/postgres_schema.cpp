@@ -87,6 +87,22 @@ const std::vector<std::vector<std::string_view>> migrations{
     updated_at bigint NOT NULL
 ))sql",
     },
+    // Several nodes (docs/design.md "Several nodes"): the nodes and their leases (renewed on the
+    // database's clock, so that the nodes' clocks need not agree), each session's owner, the node
+    // that accepted a turn and the one running it, and the node delivering an outbox item.
+    {
+        R"sql(CREATE TABLE baton_nodes (
+    node         text PRIMARY KEY,
+    started_at   bigint NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    lease_ms     bigint NOT NULL
+))sql",
+        "ALTER TABLE sessions ADD COLUMN owner text",
+        "ALTER TABLE turns ADD COLUMN node text",
+        "ALTER TABLE turns ADD COLUMN accepted_by text",
+        "ALTER TABLE outbox ADD COLUMN node text",
+        "CREATE INDEX outbox_open_node ON outbox (node, seq) WHERE status IN ('pending', 'sending')",
+    },
 };
 
 } // namespace

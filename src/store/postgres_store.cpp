@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -104,8 +106,38 @@ enum stmt : int {
     list_outbox_rows,
     usage_rows,
     count_outbox_rows,
+    // Several nodes (cluster)
+    register_node_row,
+    release_turns_row,
+    release_outbox_row,
+    heartbeat_row,
+    live_nodes_row,
+    leave_row,
+    notify_owner_row,
+    claim_turn_rows,
+    claim_outbox_rows,
+    forget_nodes_row,
+    notify_row,
     stmt_count
 };
+
+// The nodes whose lease holds, on the database's clock.
+const std::string live_nodes = "SELECT node FROM baton_nodes WHERE heartbeat_at > clock_timestamp() - "
+                               "lease_ms * interval '1 millisecond'";
+
+std::string prefixed(const std::string& columns, const std::string& prefix) {
+    std::string out;
+    std::size_t at = 0;
+    while (at < columns.size()) {
+        auto comma = columns.find(", ", at);
+        auto name = columns.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+        if (!out.empty()) out += ", ";
+        out += prefix + name;
+        if (comma == std::string::npos) break;
+        at = comma + 2;
+    }
+    return out;
+}
 
 detail::pg_statement_table make_statements() {
     detail::pg_statement_table t;
@@ -118,16 +150,21 @@ detail::pg_statement_table make_statements() {
     t.sql[insert_turn_row] =
         "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
         "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
-        "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, "
-        "$19, $20, $21)";
+        "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt, "
+        "accepted_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
+        "$17, $18, $19, $20, $21, $22)";
+    // In a cluster ($3, $2, $13 below: this node), only the node running the turn writes it: one
+    // that was taken over (its lease expired) finds nothing.
     t.sql[mark_running_row] = "UPDATE turns SET status = 'running', started_at = $2, "
-                              "attempt = attempt + 1 WHERE turn_id = $1";
-    t.sql[mark_side_effects_row] = "UPDATE turns SET side_effects = 1 WHERE turn_id = $1";
+                              "attempt = attempt + 1 WHERE turn_id = $1 AND ($3::text IS NULL OR "
+                              "node = $3)";
+    t.sql[mark_side_effects_row] = "UPDATE turns SET side_effects = 1 WHERE turn_id = $1 AND "
+                                   "($2::text IS NULL OR node = $2)";
     t.sql[finish_turn_row] =
         "UPDATE turns SET status = $2, reply = $3, steps = $4, prompt_tokens = $5, "
         "completion_tokens = $6, error_code = $7, error_message = $8, started_at = $9, "
-        "finished_at = $10, refusal = $11, attempt = $12 WHERE turn_id = $1";
+        "finished_at = $10, refusal = $11, attempt = $12 WHERE turn_id = $1 AND ($13::text IS NULL "
+        "OR node = $13)";
     // One statement: the session row (created when missing) takes the entries' ids and the new
     // state, and the entries go in under those ids. $5: a JSON array of [kind, payload, turn_id,
     // created_at]; the row lock on the session orders concurrent saves.
@@ -153,8 +190,8 @@ detail::pg_statement_table make_statements() {
         "SELECT " + turn_columns + " FROM turns WHERE status IN ('queued', 'running') ORDER BY seq";
     t.sql[add_outbox_row] =
         "INSERT INTO outbox (key, turn_id, session_id, channel, recipient, idx, text, status, "
-        "attempts, uncertain, created_at, updated_at, tenant) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, "
-        "$9, $10, $11, $11, $12) ON CONFLICT (key) DO NOTHING";
+        "attempts, uncertain, created_at, updated_at, tenant, node) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+        "$8, $9, $10, $11, $11, $12, $13) ON CONFLICT (key) DO NOTHING";
     t.sql[update_outbox_row] = "UPDATE outbox SET status = $2, attempts = $3, uncertain = $4, "
                                "updated_at = $5, next_attempt_at = $6, last_error = nullif($7, '') "
                                "WHERE key = $1";
@@ -175,6 +212,58 @@ detail::pg_statement_table make_statements() {
                         "ORDER BY tenant, day";
     t.sql[count_outbox_rows] = "SELECT status, count(*), count(*) FILTER (WHERE uncertain <> 0) "
                                "FROM outbox GROUP BY status";
+    // A node id is taken again only once its lease has expired (a restart with node_id set).
+    t.sql[register_node_row] =
+        "INSERT INTO baton_nodes (node, started_at, heartbeat_at, lease_ms) VALUES ($1, $2, "
+        "clock_timestamp(), $3) ON CONFLICT (node) DO UPDATE SET started_at = excluded.started_at, "
+        "heartbeat_at = excluded.heartbeat_at, lease_ms = excluded.lease_ms WHERE "
+        "baton_nodes.heartbeat_at <= clock_timestamp() - baton_nodes.lease_ms * interval "
+        "'1 millisecond'";
+    // What the id's earlier process left is claimed again, as another node's would be.
+    t.sql[release_turns_row] = "UPDATE turns SET node = NULL WHERE node = $1 AND status IN "
+                               "('queued', 'running') AND EXISTS (SELECT 1 FROM baton_nodes WHERE "
+                               "node = $1 AND started_at = $2)";
+    t.sql[release_outbox_row] = "UPDATE outbox SET node = NULL WHERE node = $1 AND status IN "
+                                "('pending', 'sending') AND EXISTS (SELECT 1 FROM baton_nodes WHERE "
+                                "node = $1 AND started_at = $2)";
+    // A lease that expired is never renewed: the node's work may be another's by now.
+    t.sql[heartbeat_row] = "UPDATE baton_nodes SET heartbeat_at = clock_timestamp() WHERE node = $1 "
+                           "AND heartbeat_at > clock_timestamp() - lease_ms * interval '1 millisecond'";
+    t.sql[live_nodes_row] = "SELECT count(*) FROM (" + live_nodes + ") live";
+    t.sql[leave_row] = "UPDATE baton_nodes SET heartbeat_at = '-infinity' WHERE node = $1";
+    // After a message is stored: its session's owner is told (nobody when it is this node, $3),
+    // every node when the session has none. Returns the owner.
+    t.sql[notify_owner_row] =
+        "SELECT o, CASE WHEN o IS DISTINCT FROM $3 THEN pg_notify('baton_claim', coalesce(o, '')) "
+        "END FROM (SELECT owner AS o FROM sessions WHERE tenant = $1 AND session_id = $2) x";
+    // The sessions with unfinished turns not this node's, that it owns or that have no live owner,
+    // become its own (locked ones are another claimer's: skipped), and so do their unfinished
+    // turns. $1: this node.
+    t.sql[claim_turn_rows] =
+        "WITH cand AS (SELECT s.tenant, s.session_id, s.owner FROM sessions s WHERE (s.tenant, "
+        "s.session_id) IN (SELECT tenant, session_id FROM turns WHERE status IN ('queued', "
+        "'running') AND node IS DISTINCT FROM $1) AND (s.owner IS NULL OR s.owner = $1 OR s.owner "
+        "NOT IN (" +
+        live_nodes +
+        ")) LIMIT $2 FOR UPDATE OF s SKIP LOCKED), "
+        "own AS (UPDATE sessions s SET owner = $1 FROM cand c WHERE s.tenant = c.tenant AND "
+        "s.session_id = c.session_id AND s.owner IS DISTINCT FROM $1), "
+        "took AS (SELECT t.turn_id, t.node AS was FROM turns t JOIN cand c ON t.tenant = c.tenant AND "
+        "t.session_id = c.session_id WHERE t.status IN ('queued', 'running') AND t.node IS DISTINCT "
+        "FROM $1) "
+        "UPDATE turns t SET node = $1 FROM took WHERE t.turn_id = took.turn_id RETURNING " +
+        prefixed(turn_columns, "t.") + ", coalesce(t.accepted_by, ''), coalesce(took.was, ''), t.seq";
+    // Open outbox items of no live node (or of none: a single node's before) become this node's.
+    t.sql[claim_outbox_rows] =
+        "UPDATE outbox SET node = $1 WHERE seq IN (SELECT seq FROM outbox WHERE status IN "
+        "('pending', 'sending') AND (node IS NULL OR node NOT IN (" +
+        live_nodes +
+        ")) ORDER BY "
+        "seq LIMIT $2 FOR UPDATE SKIP LOCKED) RETURNING " +
+        outbox_columns + ", seq";
+    t.sql[forget_nodes_row] = "DELETE FROM baton_nodes WHERE node <> $1 AND heartbeat_at < "
+                              "clock_timestamp() - interval '1 hour'";
+    t.sql[notify_row] = "SELECT pg_notify($1, $2)";
     return t;
 }
 
@@ -273,11 +362,19 @@ public:
     explicit postgres_store(const postgres_options& opts)
         : opts_(opts), statements_(make_statements()), work_(asio::make_work_guard(ioc_)) {
         if (opts_.pool_size < 1) throw std::invalid_argument("postgres: pool_size must be at least 1");
+        if (opts_.cluster) {
+            if (opts_.lease < 2 * opts_.probe_interval)
+                throw std::invalid_argument("postgres: the lease must be at least twice probe_interval");
+            opts_.exclusive = false;
+            node_ = opts_.node_id.empty() ? "n-" + make_turn_id().substr(2) : opts_.node_id;
+        }
         thread_ = std::thread([this] { ioc_.run(); });
         try {
             migrate();
+            if (opts_.cluster) join_cluster();
             // The probe's first round: connected, and (exclusive) holding the node lock.
-            on_loop([this]() { return probe_once(); });
+            // (A cluster node's probe connects in cluster_loop, where it LISTENs.)
+            if (!opts_.cluster) on_loop([this]() { return probe_once(); });
             if (opts_.exclusive && !node_lock_.load())
                 throw std::runtime_error(
                     "postgres: another baton node is using this database (schema's node lock "
@@ -295,7 +392,12 @@ public:
         return down_;
     }
 
-    ~postgres_store() override { stop_loop(); }
+    ~postgres_store() override {
+        if (opts_.cluster) leave_cluster();
+        stop_loop();
+    }
+
+    baton::cluster* cluster() override { return opts_.cluster ? &cluster_ : nullptr; }
 
     bool blocking() const override { return true; }
 
@@ -334,9 +436,16 @@ public:
                                          p(t.created_at),
                                          p(t.started_at),
                                          p(t.finished_at),
-                                         p(t.attempt)}));
+                                         p(t.attempt),
+                                         me()}));
+        // In a cluster, the owner is told; this node, when it is the owner (or there is none),
+        // looks for work at once rather than when the notification comes back.
+        if (opts_.cluster) qs.push_back(q(notify_owner_row, {p(t.tenant), p(t.session_id), me()}));
         try {
-            run(qs);
+            auto r = run(qs);
+            if (opts_.cluster && r.back().rows() > 0 &&
+                (r.back().is_null(0, 0) || r.back().text(0, 0) == node_))
+                poke();
         } catch (const pg_error& e) {
             // Another node (or thread) stored the same key meanwhile: answer as if it came first.
             if (e.sqlstate() == "23505" && e.constraint() == "turns_idem_key" && !idem.key.empty())
@@ -347,13 +456,12 @@ public:
     }
 
     void mark_running(const std::string& turn_id, time_ms started_at) override {
-        if (run_one(q(mark_running_row, {p(turn_id), p(started_at)})).affected() == 0)
-            throw std::runtime_error("postgres: unknown turn: " + turn_id);
+        if (run_one(q(mark_running_row, {p(turn_id), p(started_at), me()})).affected() == 0)
+            unknown_turn(turn_id);
     }
 
     void mark_side_effects(const std::string& turn_id) override {
-        if (run_one(q(mark_side_effects_row, {p(turn_id)})).affected() == 0)
-            throw std::runtime_error("postgres: unknown turn: " + turn_id);
+        if (run_one(q(mark_side_effects_row, {p(turn_id), me()})).affected() == 0) unknown_turn(turn_id);
     }
 
     void save_state(state_update& u) override {
@@ -385,8 +493,8 @@ public:
             run_one(q(finish_turn_row,
                       {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps),
                        p(t.usage.prompt_tokens), p(t.usage.completion_tokens), error_code, error_message,
-                       p(t.started_at), p(t.finished_at), p(t.refusal), p(t.attempt)}));
-        if (r.affected() == 0) throw std::runtime_error("postgres: unknown turn: " + t.turn_id);
+                       p(t.started_at), p(t.finished_at), p(t.refusal), p(t.attempt), me()}));
+        if (r.affected() == 0) unknown_turn(t.turn_id);
     }
 
     std::vector<outbox_item> end_turn(turn_end& e) override {
@@ -402,7 +510,7 @@ public:
                 throw;
             }
         }
-        begin_batch();
+        start_batch();
         std::vector<outbox_item> added;
         try {
             added = store::end_turn(e);
@@ -455,10 +563,10 @@ public:
 
     bool add_outbox(const outbox_item& o) override {
         check_text(o.text, "an outbox item's text");
-        auto r = run_one(
-            q(add_outbox_row, {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
-                               p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts),
-                               p(o.uncertain), p(o.created_at ? o.created_at : now_ms()), p(o.tenant)}));
+        auto r = run_one(q(add_outbox_row,
+                           {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
+                            p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts), p(o.uncertain),
+                            p(o.created_at ? o.created_at : now_ms()), p(o.tenant), me()}));
         return r.affected() > 0;
     }
 
@@ -518,7 +626,14 @@ public:
         run_one(q(set_cursor_row, {p(name), p(value), p(now_ms())}));
     }
 
+    // Several nodes: no group commit. A batch holds the row locks of every session its calls
+    // touched until it commits, and two nodes' batches would deadlock on two sessions taken in
+    // opposite orders; one call at a time locks one session (a claim skips locked ones).
     void begin_batch() override {
+        if (!opts_.cluster) start_batch();
+    }
+
+    void start_batch() {
         auto b = std::make_unique<batch>();
         b->conn = acquire();
         b->pending.push_back(sql("BEGIN"));
@@ -692,6 +807,9 @@ private:
     }
 
     void check_node_lock() const {
+        if (lost_.load())
+            throw store_unavailable("postgres: this node's lease expired (node " + node_ +
+                                    "): its work belongs to other nodes now");
         if (opts_.exclusive && !node_lock_.load())
             throw store_unavailable("postgres: this node does not hold the database's node lock "
                                     "(lost with its connection; another node may have it)");
@@ -723,6 +841,9 @@ private:
             return run_unchecked(qs);
         } catch (const pg_error& e) {
             if (e.connection_lost()) throw store_unavailable(e.what());
+            // A deadlock or serialization failure stored nothing: the caller may try again.
+            if (e.sqlstate() == "40P01" || e.sqlstate() == "40001")
+                throw store_unavailable(std::string(e.what()) + " (a conflict: nothing was stored)");
             throw;
         }
     }
@@ -806,6 +927,10 @@ private:
     }
 
     asio::awaitable<void> probe_loop() {
+        if (opts_.cluster) {
+            co_await cluster_loop();
+            co_return;
+        }
         while (!stopping_) {
             probe_timer_.expires_after(opts_.probe_interval);
             boost::system::error_code ec;
@@ -961,13 +1086,357 @@ private:
         give_back(std::move(c));
     }
 
+    // ---- Several nodes (docs/design.md "Several nodes") ----
+
+    param me() const { return opts_.cluster ? param(node_) : std::nullopt; }
+
+    [[noreturn]] void unknown_turn(const std::string& turn_id) const {
+        if (opts_.cluster)
+            throw store_unavailable("postgres: turn " + turn_id +
+                                    " is not this node's to write (unknown, or taken over by "
+                                    "another node after this node's lease expired)");
+        throw std::runtime_error("postgres: unknown turn: " + turn_id);
+    }
+
+    void join_cluster() {
+        auto started = now_ms();
+        std::vector<pg_query> qs{
+            q(register_node_row,
+              {p(node_), p(started), p(static_cast<std::int64_t>(opts_.lease.count()))}),
+            q(release_turns_row, {p(node_), p(started)}), q(release_outbox_row, {p(node_), p(started)})};
+        if (run_pooled(qs)[0].affected() == 0)
+            throw std::runtime_error("postgres: node id '" + node_ +
+                                     "' is already registered by a live node (its lease holds)");
+        log::info("postgres: joined the cluster", {{"node", node_}, {"lease_ms", opts_.lease.count()}});
+    }
+
+    // A node that stops hands its sessions on at once: its lease ends now, and the others look.
+    void leave_cluster() {
+        if (lost_.load()) return;
+        std::vector<pg_query> qs{q(leave_row, {p(node_)}), q(notify_row, {p("baton_claim"), p("")})};
+        try {
+            run_pooled(qs);
+            log::info("postgres: left the cluster", {{"node", node_}});
+        } catch (const std::exception& e) {
+            log::warn("postgres: cannot leave the cluster (the lease will expire)",
+                      {{"node", node_}, {"error", e.what()}});
+        }
+    }
+
+    void poke() {
+        std::function<void()> f;
+        {
+            std::lock_guard lock(callbacks_mutex_);
+            f = on_work_;
+        }
+        if (f) f();
+    }
+
+    void lose_lease(const std::string& why) {
+        if (lost_.exchange(true)) return;
+        set_down("postgres: " + why);
+        log::error("postgres: this node's lease expired; other nodes take its work over",
+                   {{"node", node_}, {"why", why}});
+        if (opts_.on_lease_lost) opts_.on_lease_lost(why);
+    }
+
+    // The probe of a cluster node: its own connection LISTENs for work, relayed events and
+    // followers, and renews the lease every probe_interval.
+    asio::awaitable<void> cluster_loop() {
+        auto renew_at = clock::now();
+        bool failed = false;
+        while (!stopping_ && !lost_.load()) {
+            try {
+                if (!probe_ || !probe_->ok()) {
+                    probe_ = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
+                    co_await probe_->connect(opts_.conninfo, opts_.connect_timeout);
+                    std::vector<pg_query> listen{sql("LISTEN baton_claim"), sql("LISTEN baton_events"),
+                                                 sql("LISTEN baton_watch")};
+                    co_await probe_->exec(listen, opts_.connect_timeout);
+                    poke(); // what was stored while nobody listened
+                    renew_at = clock::now();
+                }
+                if (clock::now() >= renew_at) {
+                    std::vector<pg_query> qs{q(heartbeat_row, {p(node_)}), q(live_nodes_row)};
+                    auto r = co_await probe_->exec(qs, opts_.connect_timeout);
+                    if (r[0].affected() == 0) {
+                        lose_lease("its lease was not renewed within " +
+                                   std::to_string(opts_.lease.count()) + " ms");
+                        break;
+                    }
+                    live_nodes_.store(r[1].int64(0, 0));
+                    set_down(std::nullopt);
+                    renew_at = clock::now() + opts_.probe_interval;
+                }
+                dispatch(probe_->take_notifications());
+                // Woken by a notification at once; 100 ms at most, so that a stop is seen.
+                auto wait =
+                    std::min<clock::duration>(renew_at - clock::now(), std::chrono::milliseconds(100));
+                if (wait > clock::duration::zero())
+                    co_await probe_->wait_input(
+                        std::chrono::duration_cast<std::chrono::milliseconds>(wait) +
+                        std::chrono::milliseconds(1));
+                dispatch(probe_->take_notifications());
+            } catch (const std::exception& e) {
+                probe_.reset();
+                set_down(e.what());
+                failed = true;
+            }
+            if (failed) {
+                // The lease may run out meanwhile: the next renewal finds out.
+                failed = false;
+                probe_timer_.expires_after(
+                    std::min(opts_.probe_interval, std::chrono::milliseconds(500)));
+                boost::system::error_code ec;
+                co_await probe_timer_.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+            }
+        }
+        probe_.reset();
+    }
+
+    void dispatch(std::vector<std::pair<std::string, std::string>> notes) {
+        for (auto& [channel, payload] : notes) {
+            if (channel == "baton_claim") {
+                if (payload.empty() || payload == node_) poke();
+                continue;
+            }
+            if (!payload.empty() && payload[0] == '~') {
+                auto whole = reassemble(payload);
+                if (!whole) continue;
+                payload = std::move(*whole);
+            }
+            std::error_code ec;
+            auto v = json::parse(payload, ec);
+            if (ec || !v.is_object()) continue;
+            auto& o = v.as_object();
+            auto text = [&](const char* k) -> std::string {
+                auto* x = o.if_contains(k);
+                return x && x->is_string() ? std::string(x->as_string()) : std::string();
+            };
+            if (text("f") == node_) continue; // its own, come back
+            if (channel == "baton_watch") {
+                std::function<void(const std::string&)> f;
+                {
+                    std::lock_guard lock(callbacks_mutex_);
+                    f = on_watch_;
+                }
+                if (f) f(text("t"));
+                continue;
+            }
+            relayed_event e;
+            e.to = text("to");
+            if (!e.to.empty() && e.to != node_) continue;
+            e.turn_id = text("t");
+            e.session = session_ref(text("n"), text("s"));
+            e.type = text("y");
+            if (auto* q = o.if_contains("q"); q && q->is_int64()) e.seq = q->as_int64();
+            if (auto* d = o.if_contains("d")) e.data = json::serialize(*d);
+            relayed_in_.fetch_add(1);
+            std::function<void(relayed_event)> f;
+            {
+                std::lock_guard lock(callbacks_mutex_);
+                f = on_event_;
+            }
+            if (f) f(std::move(e));
+        }
+    }
+
+    // A payload over NOTIFY's 8000 bytes goes in pieces: "~<id> <i> <n>\n<piece>", in order.
+    static constexpr std::size_t piece_bytes = 7000;
+
+    std::optional<std::string> reassemble(const std::string& payload) {
+        auto nl = payload.find('\n');
+        if (nl == std::string::npos) return std::nullopt;
+        std::string id, head = payload.substr(1, nl - 1);
+        std::size_t i = 0, n = 0;
+        {
+            auto a = head.find(' '), b = head.rfind(' ');
+            if (a == std::string::npos || a == b) return std::nullopt;
+            id = head.substr(0, a);
+            i = std::strtoull(head.c_str() + a + 1, nullptr, 10);
+            n = std::strtoull(head.c_str() + b + 1, nullptr, 10);
+        }
+        if (pieces_.size() > 256) pieces_.clear(); // a sender died between pieces
+        auto& acc = pieces_[id];
+        if (i == 0) acc.clear();
+        acc += payload.substr(nl + 1);
+        if (i + 1 < n) return std::nullopt;
+        auto whole = std::move(acc);
+        pieces_.erase(id);
+        return whole;
+    }
+
+    static void append_json_string(std::string& out, std::string_view s) {
+        out += json::serialize(json::string(s));
+    }
+
+    void send_relay(relayed_event e) {
+        std::string m = "{\"f\":";
+        append_json_string(m, node_);
+        m += ",\"to\":";
+        append_json_string(m, e.to);
+        m += ",\"t\":";
+        append_json_string(m, e.turn_id);
+        m += ",\"s\":";
+        append_json_string(m, e.session.id);
+        m += ",\"n\":";
+        append_json_string(m, e.session.tenant);
+        m += ",\"y\":";
+        append_json_string(m, e.type);
+        m += ",\"q\":" + std::to_string(e.seq) + ",\"d\":";
+        m += e.data.empty() ? "{}" : e.data;
+        m += "}";
+        relayed_out_.fetch_add(1);
+        enqueue("baton_events", std::move(m));
+    }
+
+    void send_follow(const std::string& turn_id) {
+        std::string m = "{\"f\":";
+        append_json_string(m, node_);
+        m += ",\"t\":";
+        append_json_string(m, turn_id);
+        m += "}";
+        enqueue("baton_watch", std::move(m));
+    }
+
+    void enqueue(const char* channel, std::string payload) {
+        bool start = false;
+        {
+            std::lock_guard lock(outgoing_mutex_);
+            if (payload.size() <= piece_bytes) {
+                outgoing_.emplace_back(channel, std::move(payload));
+            } else {
+                auto id = node_ + ":" + std::to_string(++piece_id_);
+                std::vector<std::string> parts;
+                std::size_t at = 0;
+                while (at < payload.size()) {
+                    auto end = std::min(payload.size(), at + piece_bytes);
+                    // Never inside a UTF-8 sequence: the server checks each payload's encoding.
+                    while (end < payload.size() && end > at + 1 &&
+                           (static_cast<unsigned char>(payload[end]) & 0xC0) == 0x80)
+                        --end;
+                    parts.push_back(payload.substr(at, end - at));
+                    at = end;
+                }
+                for (std::size_t i = 0; i < parts.size(); ++i)
+                    outgoing_.emplace_back(channel, "~" + id + " " + std::to_string(i) + " " +
+                                                        std::to_string(parts.size()) + "\n" + parts[i]);
+            }
+            if (!flushing_) start = flushing_ = true;
+        }
+        if (start) asio::co_spawn(ioc_, flush_outgoing(), asio::detached);
+    }
+
+    // On the loop: what was queued goes out, up to 256 notifications a round trip, on a
+    // connection of its own. What cannot be sent is dropped (a follower then sees the turn's
+    // end from its record).
+    asio::awaitable<void> flush_outgoing() {
+        for (;;) {
+            std::vector<std::pair<std::string, std::string>> batch;
+            {
+                std::lock_guard lock(outgoing_mutex_);
+                auto n = std::min<std::size_t>(outgoing_.size(), 256);
+                if (n == 0 || stopping_) {
+                    outgoing_.clear();
+                    flushing_ = false;
+                    if (stopping_) sender_.reset();
+                    co_return;
+                }
+                batch.assign(
+                    std::make_move_iterator(outgoing_.begin()),
+                    std::make_move_iterator(outgoing_.begin() + static_cast<std::ptrdiff_t>(n)));
+                outgoing_.erase(outgoing_.begin(), outgoing_.begin() + static_cast<std::ptrdiff_t>(n));
+            }
+            try {
+                if (!sender_ || !sender_->ok()) {
+                    sender_ = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
+                    co_await sender_->connect(opts_.conninfo, opts_.connect_timeout);
+                }
+                std::vector<pg_query> qs;
+                qs.reserve(batch.size());
+                for (auto& [channel, payload] : batch)
+                    qs.push_back(q(notify_row, {p(channel), p(payload)}));
+                co_await sender_->exec(qs, opts_.query_timeout);
+            } catch (const std::exception& e) {
+                sender_.reset();
+                relay_dropped_.fetch_add(static_cast<std::int64_t>(batch.size()));
+                log::warn("postgres: cannot relay events",
+                          {{"error", e.what()}, {"dropped", batch.size()}});
+            }
+        }
+    }
+
+    claimed_work claim() {
+        claimed_work w;
+        if (!opts_.cluster) return w;
+        std::vector<pg_query> qs{q(claim_turn_rows, {p(node_), p(std::int64_t{1000})}),
+                                 q(claim_outbox_rows, {p(node_), p(std::int64_t{1000})}),
+                                 q(forget_nodes_row, {p(node_)})};
+        auto r = run(qs);
+        std::vector<std::pair<std::int64_t, claimed_work::turn>> turns;
+        for (int i = 0; i < r[0].rows(); ++i)
+            turns.emplace_back(
+                r[0].int64(i, 23),
+                claimed_work::turn{read_turn(r[0], i), r[0].text(i, 21), r[0].text(i, 22)});
+        std::sort(turns.begin(), turns.end(), [](auto& a, auto& b) { return a.first < b.first; });
+        for (auto& [seq, t] : turns) {
+            if (!t.taken_from.empty()) taken_over_.fetch_add(1);
+            w.turns.push_back(std::move(t));
+        }
+        auto items = read_outbox(r[1]);
+        std::vector<std::pair<std::int64_t, std::size_t>> order;
+        for (int i = 0; i < r[1].rows(); ++i)
+            order.emplace_back(r[1].int64(i, 15), static_cast<std::size_t>(i));
+        std::sort(order.begin(), order.end());
+        for (auto& [seq, i] : order)
+            w.outbox.push_back(std::move(items[i]));
+        claims_.fetch_add(1);
+        claimed_turns_.fetch_add(static_cast<std::int64_t>(w.turns.size()));
+        return w;
+    }
+
+    cluster::stats cluster_stats() const {
+        cluster::stats s;
+        s.live_nodes = live_nodes_.load();
+        s.claims = claims_.load();
+        s.claimed_turns = claimed_turns_.load();
+        s.taken_over_turns = taken_over_.load();
+        s.relayed_out = relayed_out_.load();
+        s.relayed_in = relayed_in_.load();
+        std::lock_guard lock(pool_mutex_);
+        s.pool_open = static_cast<std::int64_t>(open_);
+        s.pool_idle = static_cast<std::int64_t>(idle_.size());
+        s.pool_size = static_cast<std::int64_t>(opts_.pool_size);
+        return s;
+    }
+
+    class cluster_part final : public baton::cluster {
+    public:
+        explicit cluster_part(postgres_store& s) : s_(s) {}
+        const std::string& node_id() const override { return s_.node_; }
+        claimed_work claim() override { return s_.claim(); }
+        void subscribe(std::function<void()> work, std::function<void(relayed_event)> event,
+                       std::function<void(const std::string&)> watch) override {
+            std::lock_guard lock(s_.callbacks_mutex_);
+            s_.on_work_ = std::move(work);
+            s_.on_event_ = std::move(event);
+            s_.on_watch_ = std::move(watch);
+        }
+        void relay(relayed_event e) override { s_.send_relay(std::move(e)); }
+        void follow(const std::string& turn_id) override { s_.send_follow(turn_id); }
+        stats status() const override { return s_.cluster_stats(); }
+
+    private:
+        postgres_store& s_;
+    };
+
     postgres_options opts_;
     detail::pg_statement_table statements_;
     asio::io_context ioc_{1};
     asio::executor_work_guard<asio::io_context::executor_type> work_;
     std::thread thread_;
 
-    std::mutex pool_mutex_;
+    mutable std::mutex pool_mutex_;
     std::condition_variable pool_wake_;
     std::vector<std::unique_ptr<pg_connection>> idle_;
     std::size_t open_ = 0;
@@ -985,6 +1454,23 @@ private:
 
     std::mutex batches_mutex_;
     std::unordered_map<std::thread::id, std::unique_ptr<batch>> batches_;
+
+    // The cluster's part: this node, its lease, the callbacks, the outgoing notifications.
+    std::string node_;
+    std::atomic<bool> lost_{false};
+    std::atomic<std::int64_t> live_nodes_{0}, claims_{0}, claimed_turns_{0}, taken_over_{0},
+        relayed_out_{0}, relayed_in_{0}, relay_dropped_{0};
+    std::mutex callbacks_mutex_;
+    std::function<void()> on_work_;
+    std::function<void(relayed_event)> on_event_;
+    std::function<void(const std::string&)> on_watch_;
+    std::mutex outgoing_mutex_;
+    std::deque<std::pair<std::string, std::string>> outgoing_;
+    bool flushing_ = false;
+    std::uint64_t piece_id_ = 0;
+    std::unique_ptr<pg_connection> sender_;               // loop thread only
+    std::unordered_map<std::string, std::string> pieces_; // loop thread only
+    cluster_part cluster_{*this};
 };
 
 } // namespace

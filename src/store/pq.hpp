@@ -39,6 +39,8 @@ struct pq_api {
     X(PQgetlength)                                                                                      \
     X(PQcmdTuples)                                                                                      \
     X(PQtransactionStatus)                                                                              \
+    X(PQnotifies)                                                                                       \
+    X(PQfreemem)                                                                                        \
     X(PQconnectdb)                                                                                      \
     X(PQexec)
 #define BATON_PQ_MEMBER(name) decltype(&::name) name = nullptr;

@@ -1,0 +1,411 @@
+// Several `baton serve` nodes on one PostgreSQL (storage.postgres.cluster), through their sockets
+// like a user, against the test cluster of scripts/pg-cluster (a schema of its own per case):
+// messages sent alternately to two nodes run in accept order per session, each once; a node
+// killed with SIGKILL mid-stream is taken over and nothing accepted is lost; a turn running on
+// one node is followed over SSE from the other. Skipped without a cluster.
+#include "tests/daemon_fixture.hpp"
+#include "tests/fake_openai.hpp"
+#include "tests/pg_test.hpp"
+#include "tests/plain_http.hpp"
+#include "tests/webhook_receiver.hpp"
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+using namespace baton::test;
+
+namespace {
+
+std::string read_text_file(const std::filesystem::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Rows of a query on the test cluster (test checks only), each value as text ("" for NULL).
+std::vector<std::vector<std::string>> pg_rows(const std::string& conninfo, const std::string& sql,
+                                              int columns) {
+    const auto& pq = baton::detail::pq();
+    PGconn* c = pq.PQconnectdb(conninfo.c_str());
+    std::vector<std::vector<std::string>> out;
+    std::string error;
+    if (pq.PQstatus(c) != CONNECTION_OK) {
+        error = pq.PQerrorMessage(c);
+    } else {
+        PGresult* r = pq.PQexec(c, sql.c_str());
+        if (pq.PQresultStatus(r) != PGRES_TUPLES_OK) {
+            error = pq.PQresultErrorMessage(r);
+        } else {
+            for (int i = 0; i < pq.PQntuples(r); ++i) {
+                std::vector<std::string> row;
+                for (int j = 0; j < columns; ++j)
+                    row.emplace_back(pq.PQgetvalue(r, i, j));
+                out.push_back(std::move(row));
+            }
+        }
+        pq.PQclear(r);
+    }
+    pq.PQfinish(c);
+    if (!error.empty()) throw std::runtime_error("test cluster: " + sql + ": " + error);
+    return out;
+}
+
+// Two (or more) nodes on one schema; the agent is the echo model unless a fake model is given.
+struct cluster_nodes {
+    scratch_dir dir;
+    pg_schema schema;
+    std::filesystem::path config;
+    std::vector<std::unique_ptr<daemon_process>> nodes;
+
+    explicit cluster_nodes(const fake_openai* model = nullptr, int lease_ms = 3000,
+                           const webhook_receiver* hook = nullptr, int schedule_every_ms = 0) {
+        config = dir.root / "baton.json";
+        json::object cfg{{"storage",
+                          {{"postgres",
+                            {{"conninfo", schema.conninfo()},
+                             {"pool_size", 4},
+                             {"cluster", true},
+                             {"lease_ms", lease_ms}}}}}};
+        if (model)
+            cfg["agents"] = {{"default",
+                              {{"model",
+                                {{"provider", "openai"},
+                                 {"base_url", model->base_url()},
+                                 {"model", "fake-1"},
+                                 {"stream", true},
+                                 {"timeout_ms", 10000}}}}}};
+        if (schedule_every_ms)
+            cfg["channels"] = {{"schedules", json::array{{{"name", "tick"},
+                                                          {"every_ms", schedule_every_ms},
+                                                          {"session", "ticks"},
+                                                          {"text", "tick"}}}}};
+        if (hook)
+            cfg["channels"] = {
+                {"webhook", {{"targets", {{"crm", {{"url", hook->url()}, {"timeout_ms", 10000}}}}}}}};
+        write_text_file(config, json::serialize(cfg));
+    }
+    void start(std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i)
+            nodes.push_back(std::make_unique<daemon_process>(
+                std::vector<std::string>{"serve", "--listen", "127.0.0.1:0", "--config",
+                                         config.string()},
+                dir.root / ("node" + std::to_string(nodes.size()) + ".log"), 20s));
+    }
+    http_response request(std::size_t node, std::string_view method, std::string_view target,
+                          std::string_view body = {}) const {
+        auto& d = *nodes.at(node);
+        return connection(d.host(), d.port(), 20s).request(method, target, body);
+    }
+    std::string node_log(std::size_t i) const {
+        return read_text_file(dir.root / ("node" + std::to_string(i) + ".log"));
+    }
+    // Waits (bounded) until no turn of the schema is queued or running.
+    bool all_finished(std::chrono::milliseconds limit) const {
+        auto until = std::chrono::steady_clock::now() + limit;
+        while (std::chrono::steady_clock::now() < until) {
+            auto open = pg_rows(schema.conninfo(),
+                                "SELECT count(*) FROM turns WHERE status IN ('queued', 'running')", 1);
+            if (open.at(0).at(0) == "0") return true;
+            std::this_thread::sleep_for(100ms);
+        }
+        return false;
+    }
+};
+
+std::string text_body(const std::string& text) {
+    return json::serialize(json::object{{"text", text}});
+}
+
+bool have_cluster() {
+    if (!test_pg().empty()) return true;
+    BOOST_TEST_MESSAGE("BATON_TEST_PG is not set: the PostgreSQL cluster cases are skipped");
+    return false;
+}
+
+// Sends `per_session` messages to each of `sessions` sessions from `threads` client threads,
+// message i of a session to node (i + session) % nodes, each after the previous one of its
+// session was accepted. Returns session -> texts in send order; `problems` gets what went wrong.
+std::map<std::string, std::vector<std::string>> send_alternately(const cluster_nodes& c, int sessions,
+                                                                 int per_session, int threads,
+                                                                 std::vector<std::string>& problems,
+                                                                 std::chrono::milliseconds pause = {}) {
+    std::mutex m;
+    std::map<std::string, std::vector<std::string>> sent;
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            for (int i = 0; i < per_session; ++i, std::this_thread::sleep_for(pause))
+                for (int s = t; s < sessions; s += threads) {
+                    auto sid = "s" + std::to_string(s);
+                    auto text = sid + " m" + std::to_string(i);
+                    auto& node = *c.nodes[static_cast<std::size_t>(i + s) % c.nodes.size()];
+                    std::string error;
+                    auto r =
+                        plain_request(node.host(), node.port(), "POST",
+                                      "/v1/sessions/" + sid + "/messages", text_body(text),
+                                      {{"Idempotency-Key", sid + "-m" + std::to_string(i)}}, 20s, error);
+                    std::lock_guard lock(m);
+                    if (!r || r->status != 202u) {
+                        problems.push_back(text + ": " +
+                                           (r ? std::to_string(r->status) + " " + r->body : error));
+                        continue;
+                    }
+                    sent[sid].push_back(text);
+                }
+        });
+    for (auto& th : pool)
+        th.join();
+    return sent;
+}
+
+// What the tape of each session says: its user messages in tape order, and per turn the
+// assistant messages it has.
+struct tape_view {
+    std::map<std::string, std::vector<std::string>> user_texts;
+    std::map<std::string, int> replies_per_turn;
+};
+tape_view read_tapes(const cluster_nodes& c) {
+    tape_view v;
+    for (auto& row : pg_rows(c.schema.conninfo(),
+                             "SELECT session_id, turn_id, payload FROM tape WHERE kind = 'message' "
+                             "ORDER BY session_id, id",
+                             3)) {
+        auto p = json::parse(row[2]).as_object();
+        auto role = std::string(p.at("role").as_string());
+        if (role == "user") v.user_texts[row[0]].push_back(std::string(p.at("text").as_string()));
+        if (role == "assistant") v.replies_per_turn[row[1]] += 1;
+    }
+    return v;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(postgres_cluster)
+
+BOOST_AUTO_TEST_CASE(two_nodes_run_each_session_in_accept_order_once) {
+    if (!have_cluster()) return;
+    cluster_nodes c;
+    c.start(2);
+    std::vector<std::string> problems;
+    // 1,000 messages over 50 sessions, alternately to both nodes.
+    auto sent = send_alternately(c, 50, 20, 10, problems);
+    BOOST_TEST(problems.empty(), (problems.empty() ? "" : problems.front()));
+    BOOST_TEST_REQUIRE(c.all_finished(60s));
+    auto turns = pg_rows(c.schema.conninfo(),
+                         "SELECT status, count(*), count(DISTINCT node), count(DISTINCT accepted_by) "
+                         "FROM turns GROUP BY status",
+                         4);
+    BOOST_TEST_REQUIRE(turns.size() == 1u);
+    BOOST_TEST(turns[0][0] == "completed");
+    BOOST_TEST(turns[0][1] == "1000");
+    BOOST_TEST(turns[0][2] == "2"); // both nodes ran turns ...
+    BOOST_TEST(turns[0][3] == "2"); // ... and accepted them
+    // Each session ran on one node at a time: no turn started before the one before it ended.
+    auto overlaps = pg_rows(c.schema.conninfo(),
+                            "SELECT count(*) FROM (SELECT started_at, lag(finished_at) OVER (PARTITION "
+                            "BY tenant, session_id ORDER BY seq) AS before FROM turns) x WHERE "
+                            "started_at < before",
+                            1);
+    BOOST_TEST(overlaps.at(0).at(0) == "0");
+    // The tape holds every message once, in the order it was sent, and one reply each.
+    auto tapes = read_tapes(c);
+    for (auto& [sid, texts] : sent)
+        BOOST_TEST(tapes.user_texts[sid] == texts, sid);
+    BOOST_TEST(tapes.replies_per_turn.size() == 1000u);
+    for (auto& [tid, n] : tapes.replies_per_turn)
+        BOOST_TEST(n == 1, tid);
+    // A turn's record and its long-poll answer the same from either node.
+    auto tid = pg_rows(c.schema.conninfo(), "SELECT turn_id FROM turns ORDER BY seq LIMIT 1", 1)[0][0];
+    for (std::size_t n = 0; n < 2; ++n) {
+        auto r = c.request(n, "GET", "/v1/turns/" + tid + "?wait=1");
+        BOOST_TEST(r.status == 200u);
+        BOOST_TEST(json_field(r.body, "status") == "completed");
+    }
+    auto metrics = c.request(0, "GET", "/metrics").body;
+    BOOST_TEST(metrics.find("baton_cluster_nodes_live 2") != std::string::npos, metrics);
+    BOOST_TEST(metrics.find("baton_pg_pool_size 4") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_node_killed_mid_stream_is_taken_over_and_nothing_is_lost) {
+    if (!have_cluster()) return;
+    // Every model call streams 10 deltas 100 ms apart: turns are mid-stream when the node dies.
+    fake_openai model;
+    model.set_handler([](const recorded_request&) {
+        auto r = fake_reply::stream_text({"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"});
+        r.piece_delay = std::chrono::milliseconds(100);
+        return r;
+    });
+    cluster_nodes c(&model, 3000);
+    c.start(2);
+    std::vector<std::string> problems;
+    std::map<std::string, std::vector<std::string>> sent;
+    // 10 sessions, a message to each every 150 ms for 3 s; node 1 dies after 1 s. What is sent
+    // to it after that is refused (no connection), and not counted as accepted.
+    std::thread sender([&] { sent = send_alternately(c, 10, 20, 5, problems, 150ms); });
+    std::this_thread::sleep_for(1000ms);
+    auto killed = c.nodes[1]->stop(0ms); // SIGKILL
+    BOOST_TEST(killed == 128 + SIGKILL);
+    sender.join();
+    // The messages sent to the dead node after it died were refused (no connection); everything
+    // accepted finishes on the survivor within the lease (3 s) and its claims.
+    std::size_t accepted = 0;
+    for (auto& [sid, texts] : sent)
+        accepted += texts.size();
+    BOOST_TEST_MESSAGE("accepted " << accepted << ", refused " << problems.size());
+    BOOST_TEST(accepted > 0u);
+    BOOST_TEST_REQUIRE(c.all_finished(30s), c.node_log(0));
+    auto turns = pg_rows(c.schema.conninfo(),
+                         "SELECT status, count(*), max(attempt) FROM turns GROUP BY status", 3);
+    BOOST_TEST_REQUIRE(turns.size() == 1u, turns.size());
+    BOOST_TEST(turns[0][0] == "completed");
+    BOOST_TEST(turns[0][1] == std::to_string(accepted));
+    // Some were running on the dead node: they ran again (attempt 2) on the survivor.
+    BOOST_TEST(std::stoi(turns[0][2]) >= 2, c.node_log(0));
+    BOOST_TEST(c.node_log(0).find("taking over a turn") != std::string::npos);
+    auto tapes = read_tapes(c);
+    for (auto& [sid, texts] : sent)
+        BOOST_TEST(tapes.user_texts[sid] == texts, sid);
+    // One reply per turn, whether it ran once or twice.
+    BOOST_TEST(tapes.replies_per_turn.size() == accepted);
+    for (auto& [tid, n] : tapes.replies_per_turn)
+        BOOST_TEST(n == 1, tid);
+}
+
+BOOST_AUTO_TEST_CASE(a_dead_nodes_delivery_in_flight_is_sent_again_flagged_uncertain) {
+    if (!have_cluster()) return;
+    // The receiver holds the first request 20 s (its sender dies meanwhile), then answers at once.
+    webhook_receiver hook;
+    std::atomic<int> seen{0};
+    hook.answer_with([&](const recorded_request&) {
+        receiver_answer a;
+        if (seen.fetch_add(1) == 0) a.delay = 20s;
+        return a;
+    });
+    cluster_nodes c(nullptr, 3000, &hook);
+    c.start(2);
+    json::object body{{"text", "deliver me"}, {"deliver", {{"channel", "webhook"}, {"to", "crm"}}}};
+    auto r = c.request(0, "POST", "/v1/sessions/w1/messages", json::serialize(body));
+    BOOST_TEST_REQUIRE(r.status == 202u, r.body);
+    auto tid = json_field(r.body, "turn_id");
+    // Its item is being sent (the receiver has the request) by the node that ran the turn.
+    std::string sender;
+    for (int i = 0; i < 100 && sender.empty(); ++i) {
+        auto rows = pg_rows(c.schema.conninfo(),
+                            "SELECT coalesce(node, '') FROM outbox WHERE turn_id = '" + tid +
+                                "' AND status = 'sending'",
+                            1);
+        if (!rows.empty() && seen.load() > 0) sender = rows[0][0];
+        if (sender.empty()) std::this_thread::sleep_for(100ms);
+    }
+    BOOST_TEST_REQUIRE(!sender.empty());
+    std::size_t dies = c.node_log(0).find(sender) != std::string::npos ? 0 : 1;
+    BOOST_TEST(c.nodes[dies]->stop(0ms) == 128 + SIGKILL);
+    // The survivor takes the item over once the lease (3 s) ran out and sends it again.
+    BOOST_TEST_REQUIRE(hook.wait_delivered(1, 20s));
+    std::vector<std::vector<std::string>> item;
+    for (int i = 0; i < 50; ++i) {
+        item = pg_rows(c.schema.conninfo(),
+                       "SELECT status, uncertain, node FROM outbox WHERE turn_id = '" + tid + "'", 3);
+        if (!item.empty() && item[0][0] == "delivered") break;
+        std::this_thread::sleep_for(100ms);
+    }
+    BOOST_TEST_REQUIRE(item.size() == 1u);
+    BOOST_TEST(item[0][0] == "delivered");
+    BOOST_TEST(item[0][1] == "1"); // flagged uncertain: the first attempt may have arrived
+    BOOST_TEST(item[0][2] != sender);
+    BOOST_TEST(hook.requests().size() == 2u);
+    BOOST_TEST(c.node_log(1 - dies).find("took over outbox items") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_turn_running_on_one_node_is_followed_over_sse_from_the_other) {
+    if (!have_cluster()) return;
+    fake_openai model;
+    model.set_handler([](const recorded_request&) {
+        auto r = fake_reply::stream_text({"one ", "two ", "three"});
+        r.piece_delay = std::chrono::milliseconds(300);
+        return r;
+    });
+    cluster_nodes c(&model);
+    c.start(2);
+    // The session's first message, on node 0, makes node 0 its owner (nobody else claims it
+    // first: node 1 is only told once the message is stored, and node 0 looks at once) ...
+    auto first = c.request(0, "POST", "/v1/sessions/f1/messages?wait=10", text_body("hello"));
+    BOOST_TEST_REQUIRE(first.status == 200u, first.body);
+    auto owner = pg_rows(c.schema.conninfo(), "SELECT owner FROM sessions WHERE session_id = 'f1'", 1);
+    auto runner = pg_rows(c.schema.conninfo(), "SELECT node FROM turns WHERE session_id = 'f1'", 1);
+    BOOST_TEST_REQUIRE(owner.at(0).at(0) == runner.at(0).at(0));
+    // ... whichever node that is, the next turn is sent to it and followed from the other.
+    std::size_t runs_on = c.node_log(0).find(owner[0][0]) != std::string::npos ? 0 : 1;
+    std::size_t follows = 1 - runs_on;
+    auto r = c.request(runs_on, "POST", "/v1/sessions/f1/messages", text_body("again"));
+    BOOST_TEST_REQUIRE(r.status == 202u, r.body);
+    auto tid = json_field(r.body, "turn_id");
+    auto& d = *c.nodes[follows];
+    connection sse(d.host(), d.port(), 20s);
+    BOOST_TEST_REQUIRE(sse.write(format_request("GET", "/v1/turns/" + tid + "/events")));
+    auto got = sse.read_until_close().bytes;
+    BOOST_TEST(got.find("event: model.delta") != std::string::npos, got);
+    BOOST_TEST(got.find("\"one \"") != std::string::npos, got);
+    BOOST_TEST(got.find("event: turn.finished") != std::string::npos, got);
+    BOOST_TEST(got.find("one two three") != std::string::npos, got);
+    // The runner relayed them; the follower received them.
+    auto runner_metrics = c.request(runs_on, "GET", "/metrics").body;
+    BOOST_TEST(runner_metrics.find("baton_cluster_relayed_events_sent_total 0") == std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_schedule_fires_once_across_the_cluster) {
+    if (!have_cluster()) return;
+    // Both nodes run the schedule (every second) from their first start, together.
+    cluster_nodes c(nullptr, 3000, nullptr, 1000);
+    c.start(2);
+    std::this_thread::sleep_for(4500ms);
+    auto rows = pg_rows(c.schema.conninfo(),
+                        "SELECT idem_key FROM turns WHERE input_channel = 'schedule' ORDER BY seq", 1);
+    BOOST_TEST(rows.size() >= 3u);
+    BOOST_TEST(rows.size() <= 5u);
+    // One grid: consecutive fires one period apart, never two in a period.
+    std::vector<long long> slots;
+    for (auto& r : rows)
+        slots.push_back(std::stoll(r[0].substr(r[0].rfind(' ') + 1)));
+    for (std::size_t i = 1; i < slots.size(); ++i)
+        BOOST_TEST(slots[i] - slots[i - 1] == 1000, rows[i][0] << " after " << rows[i - 1][0]);
+}
+
+BOOST_AUTO_TEST_CASE(a_second_node_id_in_use_and_bad_cluster_keys_are_refused) {
+    if (!have_cluster()) return;
+    scratch_dir dir;
+    pg_schema schema;
+    auto path = dir.root / "baton.json";
+    auto write = [&](json::object pg) {
+        pg["conninfo"] = schema.conninfo();
+        write_text_file(path, json::serialize(json::object{{"storage", {{"postgres", pg}}}}));
+    };
+    write({{"lease_ms", 5000}});
+    auto r = run_baton({"check-config", path.string()});
+    BOOST_TEST(r.exit_code != 0);
+    BOOST_TEST(r.output.find("storage.postgres.lease_ms") != std::string::npos, r.output);
+    write({{"cluster", true}, {"lease_ms", 500}});
+    r = run_baton({"check-config", path.string()});
+    BOOST_TEST(r.exit_code != 0);
+    BOOST_TEST(r.output.find("storage.postgres.lease_ms") != std::string::npos, r.output);
+    write({{"cluster", true}, {"node_id", "no spaces"}});
+    r = run_baton({"check-config", path.string()});
+    BOOST_TEST(r.output.find("storage.postgres.node_id") != std::string::npos, r.output);
+    // Two nodes with one id: the second is refused at start.
+    write({{"cluster", true}, {"node_id", "node-a"}});
+    daemon_process first({"serve", "--listen", "127.0.0.1:0", "--config", path.string()},
+                         dir.root / "a.log", 20s);
+    r = run_baton({"serve", "--listen", "127.0.0.1:0", "--config", path.string()});
+    BOOST_TEST(r.exit_code == 1, r.output);
+    BOOST_TEST(r.output.find("node id 'node-a' is already registered by a live node") !=
+                   std::string::npos,
+               r.output);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
