@@ -40,6 +40,7 @@ struct load_settings {
     int threads = 1;
     std::string mode = "poll";
     std::string text = "hello";
+    std::string session_prefix = "load-"; // session ids: prefix + index
     std::string token;      // sent as Authorization: Bearer on every request and upgrade
     bool ws_events = false; // ws: follow the turn's event frames too (by default replies only)
     milliseconds timeout{60000};
@@ -93,7 +94,7 @@ struct client_stats {
 
 struct client {
     client(asio::any_io_executor ex, int i, const load_settings& s)
-        : executor(ex), index(i), session("load-" + std::to_string(i % s.sessions)),
+        : executor(ex), index(i), session(s.session_prefix + std::to_string(i % s.sessions)),
           http(std::make_unique<http_connection>(ex, s.url.host, s.url.port)) {
         if (!s.token.empty()) http->set_header("Authorization", "Bearer " + s.token);
         drop_ws(s);
@@ -422,7 +423,7 @@ void run_phase(asio::io_context& ctx, std::vector<std::unique_ptr<client>>& clie
 namespace {
 load_settings parse_settings(const options& opt) {
     opt.only({"--url", "--clients", "--sessions", "--turns", "--seconds", "--mode", "--pid", "--text",
-              "--warmup", "--threads", "--timeout-ms", "--token", "--ws-events"});
+              "--warmup", "--threads", "--timeout-ms", "--token", "--ws-events", "--session-prefix"});
     load_settings s;
     auto url = opt.text("--url", "http://127.0.0.1:8080");
     auto parsed = parse_http_url(url);
@@ -436,6 +437,7 @@ load_settings parse_settings(const options& opt) {
     s.threads = static_cast<int>(opt.number("--threads", 1));
     s.mode = opt.text("--mode", "poll");
     s.text = opt.text("--text", "hello");
+    s.session_prefix = opt.text("--session-prefix", "load-");
     s.token = opt.text("--token", "");
     auto ws_events = opt.number("--ws-events", 0);
     if (ws_events != 0 && ws_events != 1) throw std::invalid_argument("--ws-events: 0 or 1");

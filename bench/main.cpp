@@ -23,6 +23,7 @@ const char* usage_text = R"(usage: baton-bench <command> [options]
       `listening on http://HOST:PORT`; stops on SIGINT/SIGTERM and prints its request count
   load [--url URL] [--clients C] [--sessions K] [--turns N] [--seconds S] [--mode poll|sse|ws]
        [--pid PID] [--text T] [--warmup N] [--threads N] [--timeout-ms T] [--token TOKEN]
+       [--session-prefix P]
       closed-loop load against a running daemon (default http://127.0.0.1:8080, 50 clients,
       K = C sessions, 10000 turns); with --pid, the daemon's CPU per turn and RSS; with --token,
       every request and upgrade carries it as a bearer token.

@@ -143,10 +143,13 @@ detail::pg_statement_table make_statements() {
     detail::pg_statement_table t;
     t.sql.resize(stmt_count);
     t.sql[find_idem] = "SELECT turn_id, idem_fingerprint FROM turns WHERE tenant = $1 AND idem_key = $2";
+    // $6: in a cluster, this node, which owns a session it creates (or finds without owner):
+    // the node a session's first message reached runs it, and nothing is handed on.
     t.sql[touch_session_for_turn] =
-        "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at) "
-        "VALUES ($1, $2, $3, 1, $4, $5) ON CONFLICT (tenant, session_id) DO UPDATE SET "
-        "turns = sessions.turns + 1, last_turn_id = excluded.last_turn_id";
+        "INSERT INTO sessions (session_id, tenant, agent, turns, last_turn_id, created_at, owner) "
+        "VALUES ($1, $2, $3, 1, $4, $5, $6) ON CONFLICT (tenant, session_id) DO UPDATE SET "
+        "turns = sessions.turns + 1, last_turn_id = excluded.last_turn_id, "
+        "owner = coalesce(sessions.owner, excluded.owner)";
     t.sql[insert_turn_row] =
         "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
         "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
@@ -415,7 +418,7 @@ public:
         }
         std::vector<pg_query> qs;
         qs.push_back(q(touch_session_for_turn,
-                       {p(t.session_id), p(t.tenant), p(t.agent), p(t.turn_id), p(t.created_at)}));
+                       {p(t.session_id), p(t.tenant), p(t.agent), p(t.turn_id), p(t.created_at), me()}));
         qs.push_back(q(insert_turn_row, {p(t.turn_id),
                                          p(t.session_id),
                                          p(t.agent),
