@@ -146,6 +146,9 @@ int run_daemon(const serve_options& opts) {
                         {"threads", threads},
                         {"storage", svc.config().storage.type == storage_config::kind::sqlite
                                         ? svc.config().storage.sqlite_path
+                                    : svc.config().storage.type == storage_config::kind::postgres
+                                        ? (svc.config().storage.postgres_cluster ? "postgres (cluster)"
+                                                                                 : "postgres")
                                         : "memory"}});
     // What starting used and freed goes back at once; what turns free, when they stop.
     release_freed_memory();

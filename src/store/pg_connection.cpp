@@ -134,6 +134,10 @@ asio::awaitable<void> pg_connection::connect(const std::string& conninfo,
     const char* values[] = {conninfo.c_str(), "baton", "UTF8", nullptr};
     conn_ = pq().PQconnectStartParams(keys, values, 1);
     if (!conn_) throw pg_error("postgres: cannot connect: out of memory", "", "");
+    // The server's notices (a CREATE ... IF NOT EXISTS that skips) are not the daemon's output:
+    // libpq would print them on stderr.
+    pq().PQsetNoticeProcessor(
+        conn_, [](void*, const char*) {}, nullptr);
     if (pq().PQstatus(conn_) == CONNECTION_BAD) fail_connection("cannot connect");
     arm(timeout);
     auto st = PGRES_POLLING_WRITING;

@@ -41,6 +41,7 @@ struct pq_api {
     X(PQtransactionStatus)                                                                              \
     X(PQnotifies)                                                                                       \
     X(PQfreemem)                                                                                        \
+    X(PQsetNoticeProcessor)                                                                             \
     X(PQconnectdb)                                                                                      \
     X(PQexec)
 #define BATON_PQ_MEMBER(name) decltype(&::name) name = nullptr;
