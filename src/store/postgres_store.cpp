@@ -235,10 +235,12 @@ detail::pg_statement_table make_statements() {
     t.sql[live_nodes_row] = "SELECT count(*) FROM (" + live_nodes + ") live";
     t.sql[leave_row] = "UPDATE baton_nodes SET heartbeat_at = '-infinity' WHERE node = $1";
     // After a message is stored: its session's owner is told (nobody when it is this node, $3),
-    // every node when the session has none. Returns the owner.
+    // every node when the session has none or its owner is dead. Returns the owner and whether
+    // its lease holds.
     t.sql[notify_owner_row] =
-        "SELECT o, CASE WHEN o IS DISTINCT FROM $3 THEN pg_notify('baton_claim', coalesce(o, '')) "
-        "END FROM (SELECT owner AS o FROM sessions WHERE tenant = $1 AND session_id = $2) x";
+        "SELECT o, CASE WHEN o IS DISTINCT FROM $3 THEN pg_notify('baton_claim', CASE WHEN live THEN "
+        "o ELSE '' END) END, live FROM (SELECT owner AS o, owner IN (" +
+        live_nodes + ") AS live FROM sessions WHERE tenant = $1 AND session_id = $2) x";
     // The sessions with unfinished turns not this node's, that it owns or that have no live owner,
     // become its own (locked ones are another claimer's: skipped), and so do their unfinished
     // turns. $1: this node.
@@ -446,8 +448,9 @@ public:
         if (opts_.cluster) qs.push_back(q(notify_owner_row, {p(t.tenant), p(t.session_id), me()}));
         try {
             auto r = run(qs);
+            // The owner is this node, or nobody (a dead node's session is anybody's to claim).
             if (opts_.cluster && r.back().rows() > 0 &&
-                (r.back().is_null(0, 0) || r.back().text(0, 0) == node_))
+                (r.back().is_null(0, 0) || r.back().text(0, 0) == node_ || r.back().text(0, 2) != "t"))
                 poke();
         } catch (const pg_error& e) {
             // Another node (or thread) stored the same key meanwhile: answer as if it came first.
