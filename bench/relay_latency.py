@@ -31,29 +31,20 @@ try:
     a = start([B + "/baton", "serve", "--listen", "127.0.0.1:0", "--config", "c.json"], "a.out")
     b = start([B + "/baton", "serve", "--listen", "127.0.0.1:0", "--config", "c.json"], "b.out")
     def hp(u): h, p = u[7:].split(":"); return h, int(p)
-    def post(u, sid, text):
+    def post(u, sid, text, query=""):
         h, p = hp(u); s = socket.create_connection((h, p)); body = json.dumps({"text": text})
-        s.sendall(f"POST /v1/sessions/{sid}/messages?wait=20 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}".encode())
+        s.sendall(f"POST /v1/sessions/{sid}/messages{query} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}".encode())
         data = b""
         while True:
             c = s.recv(65536)
             if not c: break
             data += c
         return json.loads(data.split(b"\r\n\r\n", 1)[1])
-    def post_nowait(u, sid, text):
-        h, p = hp(u); s = socket.create_connection((h, p)); body = json.dumps({"text": text})
-        s.sendall(f"POST /v1/sessions/{sid}/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n{body}".encode())
-        data = b""
-        while True:
-            c = s.recv(65536)
-            if not c: break
-            data += c
-        return json.loads(data.split(b"\r\n\r\n", 1)[1])["turn_id"]
     lat = []
     for i in range(rounds):
         sid = f"L{i}"
-        post(a, sid, "own")  # a owns the session
-        tid = post_nowait(b, sid, "again")  # runs on a, accepted on b: relayed to b
+        post(a, sid, "own", "?wait=20")  # a owns the session
+        tid = post(b, sid, "again")["turn_id"]  # runs on a, accepted on b: relayed to b
         times = {}
         def follow(u, key):
             h, p = hp(u); s = socket.create_connection((h, p))
