@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 using namespace baton::test;
@@ -104,6 +105,47 @@ struct cluster_nodes {
     }
     std::string node_log(std::size_t i) const {
         return read_text_file(dir.root / ("node" + std::to_string(i) + ".log"));
+    }
+    // What a failed wait shows: every node's log, the open turns, the nodes' leases, and the
+    // database's sessions (what each waits for).
+    std::string diagnosis() const {
+        std::ostringstream out;
+        auto table = [&](const std::string& title, const std::string& sql, int columns) {
+            out << "-- " << title << "\n";
+            try {
+                for (auto& row : pg_rows(schema.conninfo(), sql, columns)) {
+                    for (auto& v : row)
+                        out << v << " | ";
+                    out << "\n";
+                }
+            } catch (const std::exception& e) {
+                out << e.what() << "\n";
+            }
+        };
+        table("open turns",
+              "SELECT session_id, status, coalesce(node, '-'), attempt, turn_id FROM "
+              "turns WHERE status IN ('queued', 'running') ORDER BY seq LIMIT 50",
+              5);
+        table("sessions", "SELECT session_id, coalesce(owner, '-') FROM sessions ORDER BY 1", 2);
+        table("nodes",
+              "SELECT node, heartbeat_at, clock_timestamp() - heartbeat_at, lease_ms FROM "
+              "baton_nodes",
+              4);
+        table("database sessions",
+              "SELECT pid, state, coalesce(wait_event_type, '-'), coalesce(wait_event, '-'), "
+              "now() - xact_start, left(query, 160) FROM pg_stat_activity WHERE datname = "
+              "current_database() AND pid <> pg_backend_pid()",
+              6);
+        for (std::size_t i = 0; i < nodes.size(); ++i) {
+            // Still running, or dead (a zombie, or reaped by stop()).
+            std::ifstream stat("/proc/" + std::to_string(nodes[i]->pid()) + "/stat");
+            std::string pid, name, state;
+            stat >> pid >> name >> state;
+            out << "-- node " << i << " (pid " << nodes[i]->pid() << ", state "
+                << (state.empty() ? "gone" : state) << ")'s log\n"
+                << node_log(i);
+        }
+        return out.str();
     }
     // Waits (bounded) until no turn of the schema is queued or running.
     bool all_finished(std::chrono::milliseconds limit) const {
@@ -224,7 +266,7 @@ BOOST_AUTO_TEST_CASE(two_nodes_run_each_session_in_accept_order_once) {
     // 1,000 messages over 50 sessions, alternately to both nodes.
     auto sent = send_alternately(c, 50, 20, 10, problems);
     BOOST_TEST(problems.empty(), (problems.empty() ? "" : problems.front()));
-    BOOST_TEST_REQUIRE(c.all_finished(60s));
+    BOOST_TEST_REQUIRE(c.all_finished(60s), c.diagnosis());
     auto turns = pg_rows(c.schema.conninfo(),
                          "SELECT status, count(*), count(DISTINCT node), count(DISTINCT accepted_by) "
                          "FROM turns GROUP BY status",
@@ -289,7 +331,7 @@ BOOST_AUTO_TEST_CASE(a_node_killed_mid_stream_is_taken_over_and_nothing_is_lost)
     BOOST_TEST_MESSAGE("accepted " << accepted << ", refused " << problems.size() << ", unanswered "
                                    << maybe.size());
     BOOST_TEST(accepted > 0u);
-    BOOST_TEST_REQUIRE(c.all_finished(30s), c.node_log(0));
+    BOOST_TEST_REQUIRE(c.all_finished(30s), c.diagnosis());
     check_stored_once(c, sent, maybe, accepted);
     // Some were running on the dead node: they ran again (attempt 2) on the survivor.
     auto attempts = pg_rows(c.schema.conninfo(), "SELECT max(attempt) FROM turns", 1);
@@ -407,7 +449,7 @@ BOOST_AUTO_TEST_CASE(the_database_restarted_under_load_costs_the_nodes_nothing_a
     for (auto& [sid, texts] : sent)
         after += texts.back().ends_with(" m59") ? 1 : 0;
     BOOST_TEST(after == sent.size());
-    BOOST_TEST_REQUIRE(c.all_finished(30s));
+    BOOST_TEST_REQUIRE(c.all_finished(30s), c.diagnosis());
     check_stored_once(c, sent, maybe, accepted);
     // Both nodes are still up and ready.
     for (std::size_t n = 0; n < 2; ++n)
