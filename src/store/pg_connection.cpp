@@ -74,7 +74,7 @@ pg_connection::pg_connection(asio::any_io_executor ex, const pg_statement_table&
     : statements_(statements), socket_(ex), deadline_(ex), prepared_(statements.sql.size(), false) {}
 
 pg_connection::~pg_connection() {
-    deadline_.cancel();
+    disarm();
     close();
 }
 
@@ -102,14 +102,19 @@ PGTransactionStatusType pg_connection::transaction_status() const {
 void pg_connection::arm(std::chrono::milliseconds timeout) {
     timed_out_ = false;
     deadline_.expires_after(timeout);
-    // Touches `this` only when the deadline passed: a cancelled wait may complete after the
-    // connection is gone.
-    deadline_.async_wait([this](boost::system::error_code ec) {
-        if (ec) return;
+    // Touches `this` only when this very deadline passed: a cancelled wait may complete after the
+    // connection is gone, and one that fired as its operation finished, during a later one.
+    deadline_.async_wait([this, armed = armed_, mine = ++*armed_](boost::system::error_code ec) {
+        if (ec || *armed != mine) return;
         timed_out_ = true;
         boost::system::error_code ignored;
         socket_.cancel(ignored);
     });
+}
+
+void pg_connection::disarm() {
+    ++*armed_;
+    deadline_.cancel();
 }
 
 void pg_connection::watch_socket() {
@@ -148,7 +153,7 @@ asio::awaitable<void> pg_connection::connect(const std::string& conninfo,
         co_await wait(st == PGRES_POLLING_READING ? wait_type::wait_read : wait_type::wait_write);
         st = pq().PQconnectPoll(conn_);
     }
-    deadline_.cancel();
+    disarm();
     watch_socket();
     if (pq().PQsetnonblocking(conn_, 1) != 0) fail_connection("cannot make the connection non-blocking");
     if (pq().PQenterPipelineMode(conn_) != 1) fail_connection("cannot enter pipeline mode");
@@ -238,7 +243,7 @@ asio::awaitable<std::vector<pg_result>> pg_connection::exec(std::vector<pg_query
     auto sync = co_await next_result();
     if (!sync || pq().PQresultStatus(sync.get()) != PGRES_PIPELINE_SYNC)
         fail_connection("the pipeline lost its place");
-    deadline_.cancel();
+    disarm();
     if (error) throw *error;
     co_return out;
 }
@@ -259,7 +264,7 @@ asio::awaitable<bool> pg_connection::wait_input(std::chrono::milliseconds timeou
     boost::system::error_code ec;
     co_await socket_.async_wait(wait_type::wait_read, asio::redirect_error(asio::use_awaitable, ec));
     bool expired = timed_out_;
-    deadline_.cancel();
+    disarm();
     if (expired) co_return true;
     if (ec || pq().PQconsumeInput(conn_) == 0) {
         close();

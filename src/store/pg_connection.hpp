@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -96,6 +97,7 @@ private:
     void watch_socket();
     void close();
     void arm(std::chrono::milliseconds timeout);
+    void disarm();
     [[noreturn]] void fail_connection(const std::string& what);
 
     const pg_statement_table& statements_;
@@ -103,6 +105,9 @@ private:
     boost::asio::posix::stream_descriptor socket_;
     boost::asio::steady_timer deadline_;
     bool timed_out_ = false;
+    // The deadline armed last: a deadline that fired just as its operation finished (its handler
+    // queued, past cancelling) finds a later number here and touches nothing.
+    std::shared_ptr<std::uint64_t> armed_ = std::make_shared<std::uint64_t>(0);
     std::vector<bool> prepared_;
 };
 
