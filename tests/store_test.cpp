@@ -3,8 +3,8 @@
 // (durability, schema versioning, open errors) are in the store_sqlite suite at the end.
 #include <baton/store.hpp>
 
-#include "tests/pg_test.hpp"
 #include "src/store/sqlite_schema.hpp"
+#include "tests/pg_test.hpp"
 
 #include <boost/test/data/monomorphic.hpp>
 #include <boost/test/data/test_case.hpp>
@@ -725,6 +725,60 @@ BOOST_DATA_TEST_CASE(an_end_naming_an_unknown_turn_changes_nothing, bdata::make(
     BOOST_CHECK_THROW(f.s->end_turn(end), std::exception);
     BOOST_TEST(f.s->read_tape("s9", 0, 10).empty());
     BOOST_TEST(!f.s->get_outbox("ob_orphan").has_value());
+}
+
+// Several nodes: a message to an idle session of this node's is stored as the node's own, to
+// run at once; one behind an unfinished turn waits, queued, for a claim. The end of a turn goes
+// in one transaction that stores nothing once the turn is another node's (taken over).
+BOOST_AUTO_TEST_CASE(a_cluster_node_runs_its_idle_sessions_and_ends_only_its_own_turns) {
+    if (test_pg().empty()) return;
+    pg_schema schema;
+    auto s = make_postgres_store({.conninfo = schema.conninfo(), .cluster = true, .node_id = "node-a"});
+    auto t = make_turn("t_c", "s1");
+    t.status = turn_status::running;
+    t.started_at = t.created_at;
+    t.attempt = 1;
+    BOOST_TEST(s->insert_turn(t, {}).own);
+    check_same_turn(*s->get_turn("t_c"), t);
+    auto behind = make_turn("t_c2", "s1");
+    behind.status = turn_status::running;
+    behind.started_at = behind.created_at;
+    behind.attempt = 1;
+    BOOST_TEST(!s->insert_turn(behind, {}).own);
+    auto waiting = s->get_turn("t_c2");
+    BOOST_TEST(to_string(waiting->status) == "queued");
+    BOOST_TEST(waiting->attempt == 0);
+    BOOST_TEST(!waiting->started_at.has_value());
+
+    turn_end end;
+    end.state = entries_for("s1", "t_c", 2);
+    outbox_item o;
+    o.key = "ob_c";
+    o.turn_id = "t_c";
+    o.session_id = "s1";
+    o.channel = "ws";
+    o.recipient = "s1";
+    o.text = "the reply";
+    end.outbox = {o};
+    auto done = t;
+    done.status = turn_status::completed;
+    done.reply = "the reply";
+    done.finished_at = t.created_at + 10;
+    end.finished = {done};
+    // Taken over by another node: nothing of the end is stored.
+    test::pg_exec(schema.conninfo(), "UPDATE turns SET node = 'node-b' WHERE turn_id = 't_c'");
+    BOOST_CHECK_THROW(s->end_turn(end), store_unavailable);
+    BOOST_TEST(s->read_tape("s1", 0, 10).empty());
+    BOOST_TEST(!s->get_outbox("ob_c").has_value());
+    BOOST_TEST(to_string(s->get_turn("t_c")->status) == "running");
+    // This node's: all of it, in one transaction.
+    test::pg_exec(schema.conninfo(), "UPDATE turns SET node = 'node-a' WHERE turn_id = 't_c'");
+    auto added = s->end_turn(end);
+    BOOST_TEST(added.size() == 1u);
+    BOOST_TEST(ids_of(end.state->entries) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(ids_of(s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1, 2}));
+    BOOST_TEST(s->get_outbox("ob_c")->text == "the reply");
+    check_same_turn(*s->get_turn("t_c"), done);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -31,6 +31,10 @@ enum class insert_outcome { inserted, replayed, key_reused };
 struct insert_result {
     insert_outcome outcome = insert_outcome::inserted;
     std::string turn_id; // the stored turn (the earlier one on a replay)
+    // Several nodes (cluster()): stored as this node's to run, with the status and attempt asked
+    // for, because its session is this node's and had no other unfinished turn. When false, a
+    // cluster store keeps it queued for the session's owner to claim.
+    bool own = false;
 };
 
 // The part of a turn that save_state persists: tape entries appended, session state replaced.

@@ -104,6 +104,7 @@ struct runtime::impl {
     // Stores a turn's end and publishes it; `retry`: until stored (or draining), else once.
     // `progress`: the turn's own (when it ran), whose gathered writes (turn_progress::end) go in the
     // same transaction.
+    asio::awaitable<void> store_start(const std::vector<std::string>& ids, time_ms at);
     asio::awaitable<void> store_final(turn_record rec, bool retry = true,
                                       std::shared_ptr<turn_progress> progress = nullptr);
     // A message folded into a running turn (collect, steer) now counts as running (the caller
@@ -467,7 +468,6 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
 
 asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec,
                                               std::vector<turn_record> collected) {
-    auto& db = rt.fw_.db();
     auto began = std::chrono::steady_clock::now();
     rt.running_.fetch_add(1);
     auto progress = std::make_shared<turn_progress>();
@@ -514,7 +514,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             ids.push_back(c.turn_id);
             progress->folded.push_back(c.turn_id);
         }
-        if (!ids.empty()) co_await db.run(mark_all_running(std::move(ids), *rec.started_at));
+        if (!ids.empty()) co_await store_start(ids, *rec.started_at);
         turns.live(rec);
         progress->events->publish_text("turn.started",
                                        "{\"attempt\":" + std::to_string(rec.attempt) + "}");
@@ -579,6 +579,26 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     co_await store_final(std::move(rec), true, progress);
     co_await finish_folded(std::move(*folded), carrier);
     rt.running_.fetch_sub(1);
+}
+
+// A turn's start is stored before it runs. A database away for a moment (PostgreSQL restarting,
+// a connection lost) fails the write with store_unavailable, having stored nothing or the start
+// alone: it is tried again for up to 10 s, as a read is, rather than failing a turn that was
+// accepted. (A start stored whose answer was lost counts twice in `attempt`.)
+asio::awaitable<void> runtime::impl::store_start(const std::vector<std::string>& ids, time_ms at) {
+    std::chrono::milliseconds pause{100};
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+        try {
+            co_await rt.fw_.db().run(mark_all_running(ids, at));
+            co_return;
+        } catch (const baton::store_unavailable&) {
+            if (rt.draining() || std::chrono::steady_clock::now() + pause > give_up) throw;
+        }
+        asio::steady_timer timer(co_await asio::this_coro::executor, pause);
+        co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
+        pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(1));
+    }
 }
 
 asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
@@ -796,6 +816,29 @@ asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id, s
     co_return api_error{errc::turn_not_running, "turn " + turn_id + " has already finished"};
 }
 
+namespace {
+// First in an idle session, a turn starts at once: stored as running, so that its start costs no
+// write of its own (run_turn sees the attempt counted).
+turn_record as_stored(const turn_record& rec, bool first) {
+    auto stored = rec;
+    if (first) {
+        stored.status = turn_status::running;
+        stored.started_at = rec.created_at;
+        stored.attempt = 1;
+    }
+    return stored;
+}
+
+// The answer to a message the store did not take.
+api_error not_stored(const std::exception& e) {
+    if (dynamic_cast<const baton::store_unavailable*>(&e))
+        return api_error{errc::store_unavailable,
+                         "the database is unreachable: the message was not accepted (retry with "
+                         "the same Idempotency-Key)"};
+    return api_error{errc::internal_error, "the message could not be stored"};
+}
+} // namespace
+
 asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (draining()) co_return api_error{errc::draining, "the daemon is shutting down"};
     const agent* ag = fw_.find_agent(req.agent);
@@ -830,14 +873,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     auto reserved = impl_->actors.reserve(key, ag->config.admission, rec);
     if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);
     auto [actor, slot, first] = std::get<detail::reservation>(std::move(reserved));
-    // First in an idle session, it starts at once: stored as running, so that its start costs no
-    // write of its own (run_turn sees the attempt counted).
-    auto stored_rec = rec;
-    if (first) {
-        stored_rec.status = turn_status::running;
-        stored_rec.started_at = rec.created_at;
-        stored_rec.attempt = 1;
-    }
+    auto stored_rec = as_stored(rec, first);
 
     insert_result stored;
     try {
@@ -849,11 +885,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
         log::error("cannot store a message", {{"session_id", rec.session_id}, {"error", e.what()}});
         impl_->actors.release(*actor, slot);
         impl_->kick(actor);
-        if (dynamic_cast<const baton::store_unavailable*>(&e))
-            co_return api_error{errc::store_unavailable,
-                                "the database is unreachable: the message was not accepted (retry "
-                                "with the same Idempotency-Key)"};
-        co_return api_error{errc::internal_error, "the message could not be stored"};
+        co_return not_stored(e);
     }
     if (stored.outcome != insert_outcome::inserted) {
         impl_->actors.release(*actor, slot);
@@ -881,22 +913,41 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     co_return ok;
 }
 
-// Several nodes: the message is stored, queued, for whichever node owns its session (this one,
-// perhaps), which claims it; the store tells the owner. Its events reach this node's log by relay.
+// Several nodes: the message is stored for whichever node owns its session. When that is this
+// node and the session has no other unfinished turn, the store keeps it as this node's (the
+// `own` of its answer) and it runs here as on one node: stored running when the session is idle
+// here too, no claim and no start of its own to write. Otherwise it waits, queued, for the
+// owner's claim (the store tells the owner), and its events reach this node's log by relay.
 asio::awaitable<accept_result>
 runtime::accept_for_cluster(turn_record rec, idempotency idem,
                             std::function<void(const accepted&)> on_stored) {
+    // A place in this node's queue first, as on one node: the turns a claim puts in the queue
+    // meanwhile come after it. Not bounded here (admission modes act per node): a place the store
+    // does not make this node's is given back.
+    static const admission_config unbounded{admission_mode::queue,
+                                            std::numeric_limits<std::int64_t>::max()};
+    auto reserved = impl_->actors.reserve(session_of(rec).key(), unbounded, rec);
+    auto [actor, slot, first] = std::get<detail::reservation>(std::move(reserved));
+    auto stored_rec = as_stored(rec, first);
     insert_result stored;
     try {
-        auto insert = [rec, idem = std::move(idem)](store& s) { return s.insert_turn(rec, idem); };
+        auto insert = [stored_rec, idem = std::move(idem)](store& s) {
+            return s.insert_turn(stored_rec, idem);
+        };
         stored = co_await fw_.db().run(std::move(insert));
     } catch (const std::exception& e) {
         log::error("cannot store a message", {{"session_id", rec.session_id}, {"error", e.what()}});
-        if (dynamic_cast<const baton::store_unavailable*>(&e))
-            co_return api_error{errc::store_unavailable,
-                                "the database is unreachable: the message was not accepted (retry "
-                                "with the same Idempotency-Key)"};
-        co_return api_error{errc::internal_error, "the message could not be stored"};
+        impl_->actors.release(*actor, slot);
+        impl_->kick(actor);
+        co_return not_stored(e);
+    }
+    bool own = stored.outcome == insert_outcome::inserted && stored.own;
+    if (own) {
+        std::lock_guard lock(impl_->relay_mutex);
+        impl_->mine.emplace(rec.turn_id, session_of(rec));
+    } else {
+        impl_->actors.release(*actor, slot);
+        impl_->kick(actor);
     }
     if (stored.outcome == insert_outcome::key_reused)
         co_return api_error{errc::idempotency_key_reused,
@@ -904,8 +955,13 @@ runtime::accept_for_cluster(turn_record rec, idempotency idem,
     accepted ok{stored.turn_id, rec.session_id, stored.outcome == insert_outcome::replayed};
     if (on_stored) on_stored(ok);
     if (ok.replayed) co_return ok;
+    if (own) impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
     impl_->hub.open(rec.turn_id, session_of(rec))->publish_text("turn.queued", "{}");
+    if (own) {
+        impl_->actors.mark_ready(*actor, slot, &stored_rec);
+        impl_->kick(actor);
+    }
     co_return ok;
 }
 

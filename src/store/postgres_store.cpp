@@ -89,7 +89,9 @@ enum stmt : int {
     find_idem,
     touch_session_for_turn,
     insert_turn_row,
+    insert_own_turn_row,
     mark_running_row,
+    finish_own_turn_row,
     mark_side_effects_row,
     finish_turn_row,
     save_state_rows,
@@ -156,6 +158,22 @@ detail::pg_statement_table make_statements() {
         "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt, "
         "accepted_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
         "$17, $18, $19, $20, $21, $22)";
+    // In a cluster ($22: this node): the turn is this node's to run at once (node = $22, the
+    // status and attempt asked for) when its session is this node's and has no other unfinished
+    // turn; else it waits, queued, for the owner's claim. The session's row, locked by the upsert
+    // before it in the same transaction, keeps both true until the commit: another accept for the
+    // session waits on it, and a claim skips it.
+    t.sql[insert_own_turn_row] =
+        "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
+        "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
+        "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt, "
+        "accepted_by, node) SELECT $1, $2, $3, $4, CASE WHEN x.mine THEN $5::text ELSE 'queued' END, "
+        "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, CASE WHEN x.mine THEN "
+        "$19::bigint END, $20, CASE WHEN x.mine THEN $21::bigint ELSE 0 END, $22, CASE WHEN x.mine "
+        "THEN $22::text END FROM (SELECT coalesce((SELECT owner = $22::text FROM sessions WHERE "
+        "tenant = $4 AND session_id = $2), false) AND NOT EXISTS (SELECT 1 FROM turns WHERE status "
+        "IN ('queued', 'running') AND tenant = $4 AND session_id = $2) AS mine) x "
+        "RETURNING node IS NOT NULL";
     // In a cluster ($3, $2, $13 below: this node), only the node running the turn writes it: one
     // that was taken over (its lease expired) finds nothing.
     t.sql[mark_running_row] = "UPDATE turns SET status = 'running', started_at = $2, "
@@ -168,6 +186,11 @@ detail::pg_statement_table make_statements() {
         "completion_tokens = $6, error_code = $7, error_message = $8, started_at = $9, "
         "finished_at = $10, refusal = $11, attempt = $12 WHERE turn_id = $1 AND ($13::text IS NULL "
         "OR node = $13)";
+    // The same in a turn's end sent as one pipeline (a cluster's end_turn): a turn not this
+    // node's (taken over) fails the statement, so that the transaction, COMMIT included, stores
+    // nothing (SQLSTATE 22012 from the division: the only error this statement can raise).
+    t.sql[finish_own_turn_row] =
+        "WITH u AS (" + t.sql[finish_turn_row] + " RETURNING 1) SELECT 1 / count(*) FROM u";
     // One statement: the session row (created when missing) takes the entries' ids and the new
     // state, and the entries go in under those ids. $5: a JSON array of [kind, payload, turn_id,
     // created_at]; the row lock on the session orders concurrent saves.
@@ -421,33 +444,37 @@ public:
         std::vector<pg_query> qs;
         qs.push_back(q(touch_session_for_turn,
                        {p(t.session_id), p(t.tenant), p(t.agent), p(t.turn_id), p(t.created_at), me()}));
-        qs.push_back(q(insert_turn_row, {p(t.turn_id),
-                                         p(t.session_id),
-                                         p(t.agent),
-                                         p(t.tenant),
-                                         p(to_string(t.status)),
-                                         p(t.input.text),
-                                         p(t.input.channel),
-                                         p(json::serialize(t.input.metadata)),
-                                         deliver,
-                                         optional_key(idem.key),
-                                         optional_key(idem.key) ? param(idem.fingerprint) : std::nullopt,
-                                         p(t.reply),
-                                         p(t.steps),
-                                         p(t.usage.prompt_tokens),
-                                         p(t.usage.completion_tokens),
-                                         error_code,
-                                         error_message,
-                                         p(t.created_at),
-                                         p(t.started_at),
-                                         p(t.finished_at),
-                                         p(t.attempt),
-                                         me()}));
+        qs.push_back(q(opts_.cluster ? insert_own_turn_row : insert_turn_row,
+                       {p(t.turn_id),
+                        p(t.session_id),
+                        p(t.agent),
+                        p(t.tenant),
+                        p(to_string(t.status)),
+                        p(t.input.text),
+                        p(t.input.channel),
+                        p(json::serialize(t.input.metadata)),
+                        deliver,
+                        optional_key(idem.key),
+                        optional_key(idem.key) ? param(idem.fingerprint) : std::nullopt,
+                        p(t.reply),
+                        p(t.steps),
+                        p(t.usage.prompt_tokens),
+                        p(t.usage.completion_tokens),
+                        error_code,
+                        error_message,
+                        p(t.created_at),
+                        p(t.started_at),
+                        p(t.finished_at),
+                        p(t.attempt),
+                        me()}));
         // In a cluster, the owner is told; this node, when it is the owner (or there is none),
-        // looks for work at once rather than when the notification comes back.
+        // looks for work at once rather than when the notification comes back. A turn stored as
+        // this node's own needs neither.
         if (opts_.cluster) qs.push_back(q(notify_owner_row, {p(t.tenant), p(t.session_id), me()}));
         try {
             auto r = run(qs);
+            if (opts_.cluster && r[1].rows() > 0 && r[1].text(0, 0) == "t")
+                return {insert_outcome::inserted, t.turn_id, true};
             // The owner is this node, or nobody (a dead node's session is anybody's to claim).
             if (opts_.cluster && r.back().rows() > 0 &&
                 (r.back().is_null(0, 0) || r.back().text(0, 0) == node_ || r.back().text(0, 2) != "t"))
@@ -471,6 +498,11 @@ public:
     }
 
     void save_state(state_update& u) override {
+        auto r = run_one(save_state_query(u));
+        assign_ids(u, r.int64(0, 0));
+    }
+
+    pg_query save_state_query(state_update& u) {
         json::array rows;
         rows.reserve(u.entries.size());
         for (auto& e : u.entries) {
@@ -481,26 +513,30 @@ public:
                                        e.created_at});
         }
         auto state = u.state ? param(json_text(*u.state)) : std::nullopt;
-        auto r = run_one(q(save_state_rows, {p(u.tenant), p(u.session_id), p(now_ms()),
-                                             p(static_cast<std::int64_t>(u.entries.size())),
-                                             p(json::serialize(rows)), state}));
-        std::int64_t next = r.int64(0, 0);
+        return q(save_state_rows,
+                 {p(u.tenant), p(u.session_id), p(now_ms()),
+                  p(static_cast<std::int64_t>(u.entries.size())), p(json::serialize(rows)), state});
+    }
+
+    static void assign_ids(state_update& u, std::int64_t next) {
         for (auto& e : u.entries)
             e.id = next++;
     }
 
     void finish_turn(const turn_record& t) override {
+        if (run_one(finish_turn_query(t, finish_turn_row)).affected() == 0) unknown_turn(t.turn_id);
+    }
+
+    pg_query finish_turn_query(const turn_record& t, int stmt) {
         param error_code, error_message;
         if (t.error) {
             error_code = t.error->code;
             error_message = t.error->message;
         }
-        auto r =
-            run_one(q(finish_turn_row,
-                      {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps),
-                       p(t.usage.prompt_tokens), p(t.usage.completion_tokens), error_code, error_message,
-                       p(t.started_at), p(t.finished_at), p(t.refusal), p(t.attempt), me()}));
-        if (r.affected() == 0) unknown_turn(t.turn_id);
+        return q(stmt,
+                 {p(t.turn_id), p(to_string(t.status)), p(t.reply), p(t.steps), p(t.usage.prompt_tokens),
+                  p(t.usage.completion_tokens), error_code, error_message, p(t.started_at),
+                  p(t.finished_at), p(t.refusal), p(t.attempt), me()});
     }
 
     std::vector<outbox_item> end_turn(turn_end& e) override {
@@ -516,6 +552,7 @@ public:
                 throw;
             }
         }
+        if (opts_.cluster) return end_turn_in_one(e);
         start_batch();
         std::vector<outbox_item> added;
         try {
@@ -525,6 +562,43 @@ public:
             throw;
         }
         end_batch();
+        return added;
+    }
+
+    // A turn's end as one pipeline, one round trip: BEGIN, the state and tape, the outbox items,
+    // the final records (each failing when the turn is no longer this node's), COMMIT.
+    std::vector<outbox_item> end_turn_in_one(turn_end& e) {
+        check_node_lock();
+        std::vector<pg_query> qs{sql("BEGIN")};
+        if (e.state) qs.push_back(save_state_query(*e.state));
+        for (auto& o : e.outbox) {
+            if (o.created_at == 0) o.created_at = now_ms();
+            qs.push_back(add_outbox_query(o));
+        }
+        for (const auto& t : e.finished)
+            qs.push_back(finish_turn_query(t, finish_own_turn_row));
+        qs.push_back(sql("COMMIT"));
+        std::vector<pg_result> r;
+        auto c = acquire();
+        try {
+            r = exec(*c, qs);
+        } catch (const pg_error& x) {
+            rollback_and_give_back(std::move(c));
+            if (x.sqlstate() == "22012" && !e.finished.empty()) unknown_turn(e.finished.front().turn_id);
+            if (x.connection_lost()) throw store_unavailable(x.what());
+            if (x.sqlstate() == "40P01" || x.sqlstate() == "40001")
+                throw store_unavailable(std::string(x.what()) + " (a conflict: nothing was stored)");
+            throw;
+        } catch (...) {
+            rollback_and_give_back(std::move(c));
+            throw;
+        }
+        give_back(std::move(c));
+        std::size_t at = 1;
+        if (e.state) assign_ids(*e.state, r[at++].int64(0, 0));
+        std::vector<outbox_item> added;
+        for (auto& o : e.outbox)
+            if (r[at++].affected() > 0) added.push_back(o);
         return added;
     }
 
@@ -568,12 +642,15 @@ public:
     }
 
     bool add_outbox(const outbox_item& o) override {
+        return run_one(add_outbox_query(o)).affected() > 0;
+    }
+
+    pg_query add_outbox_query(const outbox_item& o) {
         check_text(o.text, "an outbox item's text");
-        auto r = run_one(q(add_outbox_row,
-                           {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient),
-                            p(o.index), p(o.text), p(to_string(o.status)), p(o.attempts), p(o.uncertain),
-                            p(o.created_at ? o.created_at : now_ms()), p(o.tenant), me()}));
-        return r.affected() > 0;
+        return q(add_outbox_row,
+                 {p(o.key), p(o.turn_id), p(o.session_id), p(o.channel), p(o.recipient), p(o.index),
+                  p(o.text), p(to_string(o.status)), p(o.attempts), p(o.uncertain),
+                  p(o.created_at ? o.created_at : now_ms()), p(o.tenant), me()});
     }
 
     bool update_outbox(const outbox_item& o) override {
