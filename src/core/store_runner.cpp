@@ -1,6 +1,9 @@
 #include <baton/log.hpp>
 #include <baton/store_runner.hpp>
 
+#include <exception>
+#include <stdexcept>
+
 namespace baton {
 
 store_runner::store_runner(std::shared_ptr<baton::store> s) : store_(std::move(s)) {
@@ -54,6 +57,24 @@ void store_runner::loop() {
     }
 }
 
+namespace {
+// A batch's failure as an exception object of each call's own. Shared, the one object would be
+// read by the calls' coroutines on the io threads and freed by whichever let go last, on another
+// thread: libstdc++ counts an exception's references where ThreadSanitizer cannot see them, and
+// it reported that as a race. What callers tell apart is kept: store_unavailable, and the message.
+std::exception_ptr own_copy(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const store_unavailable& x) {
+        return std::make_exception_ptr(store_unavailable(x.what()));
+    } catch (const std::exception& x) {
+        return std::make_exception_ptr(std::runtime_error(x.what()));
+    } catch (...) {
+        return std::make_exception_ptr(std::runtime_error("store: the batch failed"));
+    }
+}
+} // namespace
+
 // Every call of the batch runs in one transaction; each call is all-or-nothing on its own (the
 // store nests it), and the commit makes the survivors durable together. A failed commit fails
 // every call that had succeeded, since none of them is stored.
@@ -82,7 +103,7 @@ void store_runner::run_batch(std::vector<job>& batch) {
         log::error("store: a batch of calls failed", {{"calls", batch.size()}});
         // A call without an error of its own either succeeded or never ran: neither is stored.
         for (auto& j : batch)
-            if (!*j.error) *j.error = batch_error;
+            if (!*j.error) *j.error = own_copy(batch_error);
     }
     for (auto& j : batch)
         j.done();
