@@ -752,13 +752,7 @@ BOOST_AUTO_TEST_CASE(a_cluster_node_runs_its_idle_sessions_and_ends_only_its_own
 
     turn_end end;
     end.state = entries_for("s1", "t_c", 2);
-    outbox_item o;
-    o.key = "ob_c";
-    o.turn_id = "t_c";
-    o.session_id = "s1";
-    o.channel = "ws";
-    o.recipient = "s1";
-    o.text = "the reply";
+    auto o = make_item("s1", "t_c", "ws", 0);
     end.outbox = {o};
     auto done = t;
     done.status = turn_status::completed;
@@ -769,7 +763,7 @@ BOOST_AUTO_TEST_CASE(a_cluster_node_runs_its_idle_sessions_and_ends_only_its_own
     test::pg_exec(schema.conninfo(), "UPDATE turns SET node = 'node-b' WHERE turn_id = 't_c'");
     BOOST_CHECK_THROW(s->end_turn(end), store_unavailable);
     BOOST_TEST(s->read_tape("s1", 0, 10).empty());
-    BOOST_TEST(!s->get_outbox("ob_c").has_value());
+    BOOST_TEST(!s->get_outbox(o.key).has_value());
     BOOST_TEST(to_string(s->get_turn("t_c")->status) == "running");
     // This node's: all of it, in one transaction.
     test::pg_exec(schema.conninfo(), "UPDATE turns SET node = 'node-a' WHERE turn_id = 't_c'");
@@ -777,7 +771,7 @@ BOOST_AUTO_TEST_CASE(a_cluster_node_runs_its_idle_sessions_and_ends_only_its_own
     BOOST_TEST(added.size() == 1u);
     BOOST_TEST(ids_of(end.state->entries) == (std::vector<std::int64_t>{1, 2}));
     BOOST_TEST(ids_of(s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1, 2}));
-    BOOST_TEST(s->get_outbox("ob_c")->text == "the reply");
+    BOOST_TEST(s->get_outbox(o.key)->text == o.text);
     check_same_turn(*s->get_turn("t_c"), done);
 }
 

@@ -152,22 +152,23 @@ detail::pg_statement_table make_statements() {
         "VALUES ($1, $2, $3, 1, $4, $5, $6) ON CONFLICT (tenant, session_id) DO UPDATE SET "
         "turns = sessions.turns + 1, last_turn_id = excluded.last_turn_id, "
         "owner = coalesce(sessions.owner, excluded.owner)";
-    t.sql[insert_turn_row] =
+    // $1 … $22, in insert_turn's order.
+    const std::string insert_turn_columns =
         "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
         "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
         "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt, "
-        "accepted_by) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, "
-        "$17, $18, $19, $20, $21, $22)";
+        "accepted_by";
+    t.sql[insert_turn_row] = insert_turn_columns +
+                             ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
+                             "$15, $16, $17, $18, $19, $20, $21, $22)";
     // In a cluster ($22: this node): the turn is this node's to run at once (node = $22, the
     // status and attempt asked for) when its session is this node's and has no other unfinished
     // turn; else it waits, queued, for the owner's claim. The session's row, locked by the upsert
     // before it in the same transaction, keeps both true until the commit: another accept for the
     // session waits on it, and a claim skips it.
     t.sql[insert_own_turn_row] =
-        "INSERT INTO turns (turn_id, session_id, agent, tenant, status, input_text, input_channel, "
-        "metadata, deliver, idem_key, idem_fingerprint, reply, steps, prompt_tokens, "
-        "completion_tokens, error_code, error_message, created_at, started_at, finished_at, attempt, "
-        "accepted_by, node) SELECT $1, $2, $3, $4, CASE WHEN x.mine THEN $5::text ELSE 'queued' END, "
+        insert_turn_columns +
+        ", node) SELECT $1, $2, $3, $4, CASE WHEN x.mine THEN $5::text ELSE 'queued' END, "
         "$6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, CASE WHEN x.mine THEN "
         "$19::bigint END, $20, CASE WHEN x.mine THEN $21::bigint ELSE 0 END, $22, CASE WHEN x.mine "
         "THEN $22::text END FROM (SELECT coalesce((SELECT owner = $22::text FROM sessions WHERE "
@@ -568,7 +569,6 @@ public:
     // A turn's end as one pipeline, one round trip: BEGIN, the state and tape, the outbox items,
     // the final records (each failing when the turn is no longer this node's), COMMIT.
     std::vector<outbox_item> end_turn_in_one(turn_end& e) {
-        check_node_lock();
         std::vector<pg_query> qs{sql("BEGIN")};
         if (e.state) qs.push_back(save_state_query(*e.state));
         for (auto& o : e.outbox) {
@@ -579,21 +579,12 @@ public:
             qs.push_back(finish_turn_query(t, finish_own_turn_row));
         qs.push_back(sql("COMMIT"));
         std::vector<pg_result> r;
-        auto c = acquire();
         try {
-            r = exec(*c, qs);
+            r = run(qs); // on a pooled connection: a cluster has no batch
         } catch (const pg_error& x) {
-            rollback_and_give_back(std::move(c));
             if (x.sqlstate() == "22012" && !e.finished.empty()) unknown_turn(e.finished.front().turn_id);
-            if (x.connection_lost()) throw store_unavailable(x.what());
-            if (x.sqlstate() == "40P01" || x.sqlstate() == "40001")
-                throw store_unavailable(std::string(x.what()) + " (a conflict: nothing was stored)");
-            throw;
-        } catch (...) {
-            rollback_and_give_back(std::move(c));
             throw;
         }
-        give_back(std::move(c));
         std::size_t at = 1;
         if (e.state) assign_ids(*e.state, r[at++].int64(0, 0));
         std::vector<outbox_item> added;
