@@ -28,9 +28,10 @@ const char* usage_text = R"(usage: baton-bench <command> [options]
       K = C sessions, 10000 turns); with --pid, the daemon's CPU per turn and RSS; with --token,
       every request and upgrade carries it as a bearer token.
       Exit 0 without errors, 1 with errors, 2 on misuse or an unsupported endpoint
-  chunks --stream FILE [--rounds N] [--piece B]
+  chunks --stream FILE [--rounds N] [--piece B] [--path client|tree]
       the model client's reading of a streamed answer (an SSE body, e.g. a recorded provider
-      stream) without I/O: SSE parser and chunk assembly in B-byte reads (1400); CPU per chunk
+      stream) without I/O: SSE parser and chunk assembly in B-byte reads (1400); CPU per chunk;
+      --path tree parses every chunk into a JSON tree (the client reads common chunks directly)
   memory [--baton PATH] [--sessions N] [--connections M]
       starts `baton serve` on a temp dir and measures its idle RSS, RSS per idle session
       (default 10000) and per WebSocket connection (default 10000)

@@ -6,7 +6,10 @@
 #include <boost/json.hpp>
 #include <boost/test/unit_test.hpp>
 
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -702,6 +705,175 @@ BOOST_AUTO_TEST_CASE(non_streaming_malformed) {
             BOOST_TEST((got == chat_completion{}));
         }
     }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- add_text(): the direct reading of a common chunk against parse + add(). ----
+
+namespace {
+
+// Two assemblers fed the same chunks: one through add_text(), one through the JSON tree. After
+// every chunk they must agree on the delta, the error and the result, whichever path add_text()
+// took; `direct` counts the chunks add_common() read itself.
+struct twin {
+    chat_stream_assembler text, tree;
+    std::size_t direct = 0, chunks = 0;
+
+    void feed(std::string_view chunk) {
+        ++chunks;
+        {
+            auto probe = text;
+            chunk_delta d;
+            std::string e;
+            if (probe.add_common(chunk, d, e)) ++direct;
+        }
+        std::string text_error = "stale", tree_error = "stale";
+        auto a = text.add_text(chunk, text_error);
+        chunk_delta b;
+        boost::system::error_code ec;
+        auto v = json::parse(chunk, ec);
+        if (ec || !v.is_object())
+            tree_error = "a stream event is not a JSON object";
+        else
+            b = tree.add(v.get_object(), tree_error);
+        BOOST_TEST(text_error == tree_error);
+        BOOST_TEST(a.text == b.text);
+        BOOST_TEST(a.reasoning == b.reasoning);
+        BOOST_TEST((text.result() == tree.result()));
+    }
+};
+
+std::vector<std::string> events_of(std::string_view stream) {
+    baton::sse_parser p;
+    std::vector<std::string> out;
+    for (auto& ev : p.feed(stream))
+        if (ev.data != "[DONE]") out.push_back(ev.data);
+    for (auto& ev : p.finish())
+        if (ev.data != "[DONE]") out.push_back(ev.data);
+    return out;
+}
+
+// Every chunk again after a truncation, and with each byte replaced by each of `subs`, each
+// from a copy of the same state: what the direct reading rejects must be rejected the same way.
+void mutate(const twin& base, std::string_view chunk) {
+    static const char subs[] = {'"', '\\', '}', ']', '{', '[', ',', ':', '0', '-', 'e', 'n', ' ', '\x01', '\xC3'};
+    for (std::size_t n = 0; n < chunk.size(); ++n) {
+        auto t = base;
+        t.feed(chunk.substr(0, n));
+        for (char c : subs) {
+            std::string m(chunk);
+            if (m[n] == c) continue;
+            m[n] = c;
+            auto u = base;
+            BOOST_TEST_CONTEXT(m) { u.feed(m); }
+        }
+    }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(chat_delta_direct)
+
+BOOST_AUTO_TEST_CASE(common_chunks_are_read_directly_and_the_rest_as_before) {
+    const std::string head =
+        R"({"id":"chatcmpl-9","object":"chat.completion.chunk","created":1718000000,"model":"m",)";
+    struct crafted {
+        std::string chunk;
+        bool direct;
+    };
+    const crafted cases[] = {
+        {head + R"("choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"finish_reason":null}]})", true},
+        {head + R"("choices":[{"index":0,"delta":{"content":"a \"b\" \\ \/ \n\t\r\b\f"},"logprobs":null,"finish_reason":null}],"usage":null})", true},
+        {head + R"("system_fingerprint":"fp","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]})", true},
+        {head + R"("choices":[{"delta":{"content":"no index"}}]})", true},
+        {head + R"("choices":[{"index":null,"delta":null,"finish_reason":""}]})", true},
+        {R"( { "choices" : [ ] , "id" : null , "model" : null } )", true},
+        {R"({"choices":null,"obfuscation":"x","x":[1,-2.5,0.25,true,false,null,{"a":[{}]},[]]})", true},
+        {R"({"choices":[{"index":0,"delta":{"content":"x","tool_calls":null,"reasoning":null,"reasoning_content":null,"reasoning_details":null},"logprobs":{"content":[{"token":"x","logprob":-0.01,"bytes":[120]}]}}]})", true},
+        {R"({})", true},
+        {R"({"error":null,"x_groq":null,"choices":[]})", true},
+        // The slow path: what add() reads and the direct reading leaves to it.
+        {head + R"("choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})", false},
+        {head + R"("choices":[{"index":0,"delta":{"content":"caf\u00e9"}}]})", false},
+        {head + "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"caf\xC3\xA9\"}}]}", false},
+        {head + R"("choices":[{"index":0,"delta":{"content":[{"type":"text","text":"parts"}]}}]})", false},
+        {head + R"("choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":""}}]}}]})", false},
+        {head + R"("choices":[{"index":0,"delta":{"reasoning_content":"think"}}]})", false},
+        {head + R"("choices":[{"index":0,"delta":{"refusal":"no"}}]})", false},
+        {head + R"("choices":[{"index":1,"delta":{"content":"other"}},{"index":0,"delta":{"content":"two"}}]})", false},
+        {head + R"("choices":[{"index":1,"delta":{"content":"other"}}]})", false},
+        {head + R"("choices":[{"index":0,"delta":{"content":"a","content":"b"}}]})", false},
+        {R"({"id":"a","id":"b","choices":[]})", false},
+        {R"({"created":1e3,"choices":[]})", false},
+        {R"({"error":{"message":"overloaded"}})", false},
+        {R"({"choices":[],"x_groq":{"usage":{"prompt_tokens":1,"completion_tokens":2}}})", false},
+        {R"({"id":"a\"b","choices":[]})", false},
+        {R"({"choices":[{"index":0,"delta":{"content":42}}]})", false},
+        {R"({"choices":[{"index":"0","delta":{}}]})", false},
+        {R"({"choices":[{"index":0,"delta":{},"finish_reason":1}]})", false},
+        {R"({"model":5,"choices":[]})", false},
+        {R"({"choices":[]} x)", false},
+        {R"({"choices":[],})", false},
+        {R"([1])", false},
+        {R"("text")", false},
+        {"", false},
+        {R"({"a":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]})", false},
+    };
+    twin t;
+    for (const auto& c : cases) {
+        BOOST_TEST_CONTEXT(c.chunk) {
+            const auto before = t.direct;
+            t.feed(c.chunk);
+            BOOST_TEST((t.direct == before + 1) == c.direct);
+        }
+    }
+}
+
+BOOST_AUTO_TEST_CASE(recorded_chunks_and_their_mutations_agree) {
+    twin t;
+    const auto chunks = events_of(recorded_stream("\n"));
+    for (const auto& c : chunks) {
+        mutate(t, c);
+        t.feed(c);
+    }
+    BOOST_TEST(t.direct == 3u); // role, "Bonjour", and the finish: the others need the slow path
+    BOOST_TEST(t.text.result().text == "Bonjour café été \xF0\x9F\x8E\x89 \xF0\x9F\x8E\x89");
+}
+
+// Every chunk of every recorded provider stream (when $BATON_PROVIDER_STREAMS has them), each
+// recording from a fresh pair of assemblers; the second chunk of each (the first text, as a rule)
+// is mutated as above.
+BOOST_AUTO_TEST_CASE(provider_recordings_agree) {
+    const char* dir = std::getenv("BATON_PROVIDER_STREAMS");
+    if (!dir || !*dir) return;
+    std::ifstream mf(std::string(dir) + "/manifest.json");
+    if (!mf) return;
+    std::ostringstream ms;
+    ms << mf.rdbuf();
+    std::size_t recordings = 0, direct = 0, chunks = 0;
+    const auto manifest = json::parse(ms.str());
+    for (const auto& [name, entry] : manifest.as_object()) {
+        if (entry.at("kind").as_string() != "stream") continue;
+        std::ifstream in(std::string(dir) + "/" + std::string(entry.at("file").as_string()),
+                         std::ios::binary);
+        std::ostringstream s;
+        s << in.rdbuf();
+        BOOST_TEST_CONTEXT(name) {
+            twin t;
+            std::size_t n = 0;
+            for (const auto& c : events_of(s.str())) {
+                if (n++ == 1) mutate(t, c);
+                t.feed(c);
+            }
+            direct += t.direct;
+            chunks += t.chunks;
+        }
+        ++recordings;
+    }
+    BOOST_TEST_MESSAGE(recordings << " recordings, " << chunks << " chunks, " << direct << " read directly");
+    BOOST_TEST(recordings > 0u);
+    BOOST_TEST(direct > 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -221,10 +221,14 @@ void read_message(reader& r, const json::object& m, const std::string& path, mes
     for (const auto& kv : m) {
         auto key = kv.key();
         if (key.size() < 7 || kv.value().is_null()) continue;
-        if (key == "refusal") refusal = &kv.value();
-        else if (key == "reasoning_content") reasoning_content = &kv.value();
-        else if (key == "reasoning") reasoning = &kv.value();
-        else if (key == "reasoning_details") f.details = r.arr(m, key, path);
+        if (key == "refusal")
+            refusal = &kv.value();
+        else if (key == "reasoning_content")
+            reasoning_content = &kv.value();
+        else if (key == "reasoning")
+            reasoning = &kv.value();
+        else if (key == "reasoning_details")
+            f.details = r.arr(m, key, path);
     }
     if (refusal) {
         if (auto text = r.str(m, "refusal", path); text && !text->empty()) {
@@ -281,6 +285,199 @@ void apply_message(chat_completion& c, message_fields& f) {
     c.reasoning.text.append(f.reasoning);
     if (c.reasoning.field.empty()) c.reasoning.field = f.reasoning_field;
 }
+
+// Reads the text of a common chunk without building its JSON tree (add_common()). It accepts a
+// subset of what boost::json::parse accepts, and whenever it cannot be sure that parse and add()
+// would agree, it gives up (returns false) and the caller takes the slow path: a non-ASCII byte
+// (UTF-8 is validated there), a \u escape, a number with an exponent or of more than 40 digits,
+// nesting deeper than 16, any syntax error.
+class chunk_scanner {
+public:
+    explicit chunk_scanner(std::string_view s) : p_(s.data()), end_(s.data() + s.size()) {}
+
+    void space() {
+        while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r'))
+            ++p_;
+    }
+    bool eat(char c) {
+        space();
+        if (p_ == end_ || *p_ != c) return false;
+        ++p_;
+        return true;
+    }
+    bool next_is(char c) {
+        space();
+        return p_ != end_ && *p_ == c;
+    }
+    bool at_end() {
+        space();
+        return p_ == end_;
+    }
+    bool null() {
+        space();
+        if (end_ - p_ < 4 || std::string_view(p_, 4) != "null") return false;
+        p_ += 4;
+        return true;
+    }
+
+    // A string at the cursor. Its raw text goes to `raw`; when `decoded` is given it receives
+    // the value with its (simple) escapes undone, and `raw` is then the decoded view.
+    bool string(std::string_view& raw, std::string* decoded) {
+        if (!eat('"')) return false;
+        const char* start = p_;
+        bool escaped = false;
+        for (;; ++p_) {
+            if (p_ == end_) return false;
+            auto c = static_cast<unsigned char>(*p_);
+            if (c == '"') break;
+            if (c < 0x20 || c >= 0x80) return false;
+            if (c != '\\') continue;
+            escaped = true;
+            if (++p_ == end_) return false;
+            switch (*p_) {
+            case '"':
+            case '\\':
+            case '/':
+            case 'b':
+            case 'f':
+            case 'n':
+            case 'r':
+            case 't':
+                break;
+            default:
+                return false; // \u, or not an escape at all
+            }
+        }
+        raw = std::string_view(start, static_cast<std::size_t>(p_ - start));
+        ++p_;
+        if (!decoded || !escaped) return true;
+        decoded->clear();
+        for (std::size_t i = 0; i < raw.size(); ++i) {
+            if (raw[i] != '\\') {
+                decoded->push_back(raw[i]);
+                continue;
+            }
+            switch (raw[++i]) {
+            case 'b':
+                decoded->push_back('\b');
+                break;
+            case 'f':
+                decoded->push_back('\f');
+                break;
+            case 'n':
+                decoded->push_back('\n');
+                break;
+            case 'r':
+                decoded->push_back('\r');
+                break;
+            case 't':
+                decoded->push_back('\t');
+                break;
+            default:
+                decoded->push_back(raw[i]);
+                break; // " \ /
+            }
+        }
+        raw = *decoded;
+        return true;
+    }
+
+    // The literal 0 (an index).
+    bool zero() {
+        space();
+        if (p_ == end_ || *p_ != '0') return false;
+        ++p_;
+        return p_ == end_ || !is_number_char(*p_);
+    }
+
+    // Any value, checked but not kept.
+    bool skip(int depth = 0) {
+        space();
+        if (p_ == end_ || depth > 16) return false;
+        switch (*p_) {
+        case '"': {
+            std::string_view ignored;
+            return string(ignored, nullptr);
+        }
+        case '{': {
+            ++p_;
+            if (eat('}')) return true;
+            do {
+                std::string_view key;
+                if (!string(key, nullptr) || !eat(':') || !skip(depth + 1)) return false;
+            } while (eat(','));
+            return eat('}');
+        }
+        case '[': {
+            ++p_;
+            if (eat(']')) return true;
+            do {
+                if (!skip(depth + 1)) return false;
+            } while (eat(','));
+            return eat(']');
+        }
+        case 't':
+            return literal("true");
+        case 'f':
+            return literal("false");
+        case 'n':
+            return literal("null");
+        default:
+            return number();
+        }
+    }
+
+    // The members of an object at the cursor: `member(key)` reads each value (or skips it) and
+    // returns false to give up.
+    template <class F> bool members(F member) {
+        if (!eat('{')) return false;
+        if (eat('}')) return true;
+        do {
+            std::string_view key;
+            if (!string(key, nullptr) || !eat(':') || !member(key)) return false;
+        } while (eat(','));
+        return eat('}');
+    }
+
+private:
+    static bool is_number_char(char c) {
+        return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
+    }
+    static bool digit(char c) { return c >= '0' && c <= '9'; }
+
+    bool literal(std::string_view word) {
+        if (static_cast<std::size_t>(end_ - p_) < word.size() ||
+            std::string_view(p_, word.size()) != word)
+            return false;
+        p_ += word.size();
+        return true;
+    }
+
+    // -?(0|[1-9][0-9]*)(.[0-9]+)?, at most 40 digits: always a finite double to boost::json.
+    bool number() {
+        int digits = 0;
+        if (p_ != end_ && *p_ == '-') ++p_;
+        if (p_ == end_ || !digit(*p_)) return false;
+        if (*p_ == '0') {
+            ++p_;
+            ++digits;
+        } else {
+            for (; p_ != end_ && digit(*p_); ++p_)
+                ++digits;
+        }
+        if (p_ != end_ && *p_ == '.') {
+            ++p_;
+            if (p_ == end_ || !digit(*p_)) return false;
+            for (; p_ != end_ && digit(*p_); ++p_)
+                ++digits;
+        }
+        if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) return false;
+        return digits <= 40;
+    }
+
+    const char* p_;
+    const char* end_;
+};
 
 } // namespace
 
@@ -371,6 +568,88 @@ chunk_delta chat_stream_assembler::add(const json::object& chunk, std::string& e
         last_call_ = *pos;
     }
     return {std::move(f.message.text), std::move(f.message.reasoning)};
+}
+
+bool chat_stream_assembler::add_common(std::string_view chunk, chunk_delta& out, std::string& error) {
+    chunk_scanner s(chunk);
+    std::string_view id, model, finish_reason, content;
+    bool has_finish = false;
+    std::string decoded;
+    unsigned seen = 0; // the fields read, each once: a repeated one is left to boost::json
+    auto once = [&seen](unsigned bit) {
+        if (seen & bit) return false;
+        seen |= bit;
+        return true;
+    };
+    auto string_or_null = [&s](std::string_view& v, std::string* into) {
+        return s.null() || s.string(v, into);
+    };
+    // Fields add() reads and must be null here (anything else: the slow path).
+    auto must_be_null = [&](unsigned bit) { return once(bit) && s.null(); };
+
+    auto delta = [&](std::string_view key) {
+        if (key == "content") return once(1u << 0) && string_or_null(content, &decoded);
+        if (key == "refusal") return must_be_null(1u << 1);
+        if (key == "reasoning_content") return must_be_null(1u << 2);
+        if (key == "reasoning") return must_be_null(1u << 3);
+        if (key == "reasoning_details") return must_be_null(1u << 4);
+        if (key == "tool_calls") return must_be_null(1u << 5);
+        return s.skip(2);
+    };
+    auto choice = [&](std::string_view key) {
+        if (key == "index") return once(1u << 6) && (s.null() || s.zero());
+        if (key == "finish_reason") {
+            if (!once(1u << 7)) return false;
+            if (s.null()) return true;
+            has_finish = true;
+            return s.string(finish_reason, nullptr);
+        }
+        if (key == "delta") return once(1u << 8) && (s.null() || s.members(delta));
+        return s.skip(1);
+    };
+    auto top = [&](std::string_view key) {
+        if (key == "id") return once(1u << 9) && string_or_null(id, nullptr);
+        if (key == "model") return once(1u << 10) && string_or_null(model, nullptr);
+        if (key == "usage") return must_be_null(1u << 11);
+        if (key == "error") return must_be_null(1u << 12);
+        if (key == "x_groq") return must_be_null(1u << 13);
+        if (key == "choices") {
+            if (!once(1u << 14)) return false;
+            if (s.null()) return true;
+            if (!s.eat('[')) return false;
+            if (s.eat(']')) return true;
+            return s.next_is('{') && s.members(choice) && s.eat(']'); // one choice only
+        }
+        return s.skip();
+    };
+    // An id or a model could hold an escape: then they would need decoding, which is rare.
+    if (!s.members(top) || !s.at_end()) return false;
+    if (id.find('\\') != std::string_view::npos || model.find('\\') != std::string_view::npos ||
+        finish_reason.find('\\') != std::string_view::npos)
+        return false;
+
+    error.clear();
+    if (!id.empty()) result_.id = id;
+    if (!model.empty()) result_.model = model;
+    result_.text.append(content);
+    if (has_finish) result_.finish_reason = finish_reason;
+    out = {std::string(content), {}};
+    return true;
+}
+
+chunk_delta chat_stream_assembler::add_text(std::string_view chunk, std::string& error) {
+    chunk_delta d;
+    if (add_common(chunk, d, error)) return d;
+    // A chunk is small and dies here: parse it into a buffer on the stack.
+    unsigned char scratch[4096];
+    json::monotonic_resource mr(scratch, sizeof scratch);
+    boost::system::error_code ec;
+    auto v = json::parse(chunk, ec, &mr);
+    if (ec || !v.is_object()) {
+        error = "a stream event is not a JSON object";
+        return {};
+    }
+    return add(v.get_object(), error);
 }
 
 void merge_reasoning_details(json::array& into, const json::array& piece) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,19 @@ struct chunk_delta {
 class chat_stream_assembler {
 public:
     chunk_delta add(const boost::json::object& chunk, std::string& error);
+
+    // A chunk as the text of its JSON object: what add() does with it parsed, the same result,
+    // the same error. A text that is not a JSON object sets `error` to "a stream event is not a
+    // JSON object". The common chunk (reply text, a finish_reason, ids; nothing that add() would
+    // reject) is read straight from the text, without building the JSON tree; see add_common().
+    chunk_delta add_text(std::string_view chunk, std::string& error);
+
+    // The fast half of add_text(): true when `chunk` is a JSON object whose only fields add()
+    // reads are `id`, `model` (strings), a `usage` of null and a `choices` array of at most one
+    // object with `index` 0, a `finish_reason` string and a `delta` whose `content` is a string
+    // without \u escapes; the text must be ASCII. Then it does what add() would do and fills
+    // `out`. Otherwise false, with nothing changed: the caller parses the text and calls add().
+    bool add_common(std::string_view chunk, chunk_delta& out, std::string& error);
 
     const chat_completion& result() const { return result_; }
     chat_completion take() {

@@ -289,16 +289,7 @@ private:
                 done = true;
                 return;
             }
-            // A chunk is small and dies here: parse it into a buffer on the stack.
-            unsigned char scratch[4096];
-            json::monotonic_resource mr(scratch, sizeof scratch);
-            error_code ec;
-            auto v = json::parse(ev.data, ec, &mr);
-            if (ec || !v.is_object()) {
-                error = "a stream event is not a JSON object";
-                return;
-            }
-            auto d = assembler.add(v.get_object(), error);
+            auto d = assembler.add_text(ev.data, error);
             if (!error.empty()) return;
             if (!d.text.empty()) delivered = true;
             if ((!d.text.empty() || !d.reasoning.empty()) && on_delta) on_delta({d.text, d.reasoning});
