@@ -6,6 +6,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -65,7 +66,14 @@ BOOST_AUTO_TEST_CASE(a_finished_turn_replays_every_event_in_order_and_the_stream
             BOOST_TEST(f.data.at("step").as_int64() == 1);
         }
         if (f.event == "tool.result") BOOST_TEST(f.data.at("ok").as_bool());
-        if (f.event == "stage.finished") BOOST_TEST(f.data.at("ms").is_number());
+        if (f.event == "stage.finished") {
+            // Milliseconds to the microsecond: "12", "0.5" or "3.141", never negative.
+            const auto& ms = f.data.at("ms");
+            BOOST_TEST_REQUIRE(ms.is_number());
+            double v = ms.to_number<double>();
+            BOOST_TEST(v >= 0);
+            BOOST_TEST(std::abs(v * 1000 - std::round(v * 1000)) < 1e-6, v);
+        }
     }
     BOOST_TEST(streamed == "it is now");
     // Every stage, in pipeline order.

@@ -644,6 +644,68 @@ BOOST_FIXTURE_TEST_CASE(request_body_escapes_every_text_it_carries, openai_fixtu
     BOOST_TEST(msgs[2].at("tool_call_id").as_string() == "c\"1");
 }
 
+BOOST_FIXTURE_TEST_CASE(the_request_head_is_framed_here_and_a_smuggled_header_is_refused, openai_fixture) {
+    auto url = server.base_url() + "/models?x=1";
+    auto send = [&](std::string method, http_headers h, std::string body) {
+        return run_bounded(ctx, http->request(std::move(method), url, std::move(h), std::move(body),
+                                              milliseconds(2000)),
+                           5s);
+    };
+    // Refused before anything is sent: CR, LF or NUL in a value, a name or method that is not a
+    // token, a TRACE with a body.
+    const std::vector<std::pair<std::string, http_headers>> bad{
+        {"GET", {{"X-A", "1\r\nX-Injected: 2"}}},
+        {"GET", {{"X-A", "1\nX-Injected: 2"}}},
+        {"GET", {{"X-A", std::string("1\0", 2)}}},
+        {"GET", {{"X A", "1"}}},
+        {"GET", {{"", "1"}}},
+        {"GET", {{"X:A", "1"}}},
+        {"GE T", {}},
+        {"", {}},
+    };
+    for (const auto& [method, headers] : bad) {
+        auto [ec, resp] = send(method, headers, "");
+        BOOST_TEST((ec == boost::system::errc::invalid_argument), method << ": " << ec.message());
+    }
+    auto [tec, tresp] = send("TRACE", {}, "body");
+    BOOST_TEST((tec == boost::system::errc::invalid_argument), tec.message());
+    BOOST_TEST(server.requests().empty());
+    BOOST_TEST(server.connections() == 0u);
+
+    // The body is framed by the client: a caller's Content-Length and Transfer-Encoding are
+    // dropped, a caller's Host replaces the URL's, the other headers go as given, in order.
+    server.push(fake_reply::completion("one"));
+    server.push(fake_reply::completion("two"));
+    server.push(fake_reply::completion("three"));
+    auto [ec1, r1] = send("POST", {{"Content-Length", "999"}, {"Transfer-Encoding", "chunked"},
+                                   {"Host", "example.test"}, {"X-First", "a"}, {"X-Second", "b"}},
+                          "{\"a\":1}");
+    BOOST_TEST(!ec1, ec1.message());
+    BOOST_TEST(r1.status == 200u);
+    auto [ec2, r2] = send("POST", {}, ""); // an empty POST still says Content-Length: 0
+    BOOST_TEST(!ec2, ec2.message());
+    auto [ec3, r3] = send("DELETE", {}, "");
+    BOOST_TEST(!ec3, ec3.message());
+    auto reqs = server.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 3u);
+    BOOST_TEST(reqs[0].method == "POST");
+    BOOST_TEST(reqs[0].target == "/v1/models?x=1");
+    BOOST_TEST(reqs[0].header("Content-Length").value_or("") == "7");
+    BOOST_TEST(!reqs[0].header("Transfer-Encoding"));
+    BOOST_TEST(reqs[0].header("Host").value_or("") == "example.test");
+    BOOST_TEST(reqs[0].body.at("a").as_int64() == 1);
+    std::vector<std::string> names;
+    for (const auto& [n, v] : reqs[0].headers)
+        names.push_back(n);
+    BOOST_TEST(std::count(names.begin(), names.end(), "Host") == 1);
+    auto first = std::find(names.begin(), names.end(), "X-First");
+    auto second = std::find(names.begin(), names.end(), "X-Second");
+    BOOST_TEST((first != names.end() && second != names.end() && first < second));
+    BOOST_TEST(reqs[1].header("Content-Length").value_or("") == "0");
+    BOOST_TEST(!reqs[2].header("Content-Length"));
+    BOOST_TEST(reqs[2].header("Host").value_or("") == "127.0.0.1:" + std::to_string(server.port()));
+}
+
 BOOST_FIXTURE_TEST_CASE(refused_connection_is_retried_then_model_error, openai_fixture) {
     unsigned short port;
     {

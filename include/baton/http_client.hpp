@@ -59,7 +59,11 @@ public:
     http_client& operator=(const http_client&) = delete;
 
     // Sends one request and reads the whole response body (at most 64 MiB). `timeout` bounds the
-    // whole exchange. Errors: bad URL or scheme -> errc::invalid_argument, refused/unreachable as
+    // whole exchange. The client frames the body: it sends Content-Length (for any body, and for
+    // an empty POST, PUT or OPTIONS) and drops a caller's Content-Length and Transfer-Encoding; a
+    // caller's Host replaces the URL's. Errors: bad URL or scheme, a method or header name that is
+    // not an HTTP token, a header value holding CR, LF or NUL, or a TRACE with a body ->
+    // errc::invalid_argument before anything is sent; refused/unreachable as
     // the socket reports them, timeout -> boost::beast::error::timeout, peer closed -> eof or
     // partial_message, TLS failures in the ssl category. A pooled connection found closed by the
     // server before any response byte is retried once on a fresh connection.

@@ -1,8 +1,8 @@
 #include <baton/framework.hpp>
 #include <baton/json_text.hpp>
 
+#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <stdexcept>
 
 #include <boost/asio/this_coro.hpp>
@@ -81,6 +81,24 @@ namespace {
 // stage.started / stage.finished events (only when the turn's events are kept); the stage's
 // duration goes to the metrics either way. Without events a stage starts when the one before
 // ended (ctx.internal.stage_mark): one clock read per stage boundary, not two.
+// A duration in milliseconds to the microsecond, written as a JSON number the way the shortest
+// form of the double would be ("12", "0.5", "3.141"), from integers: cheaper than to_chars(double).
+void append_ms(std::string& out, std::chrono::steady_clock::duration d) {
+    auto us = std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    us = us < 0 ? 0 : (us + 500) / 1000;
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof buf, us / 1000);
+    out.append(buf, r.ptr);
+    if (auto frac = static_cast<int>(us % 1000)) {
+        char f[4] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
+                     static_cast<char>('0' + frac % 10)};
+        std::size_t n = 4;
+        while (f[n - 1] == '0')
+            --n;
+        out.append(f, n);
+    }
+}
+
 std::chrono::steady_clock::time_point stage_started(turn_context& ctx, turn_stage stage) {
     if (!ctx.emitting()) return ctx.internal.stage_mark;
     std::string data = R"({"stage":")";
@@ -96,11 +114,10 @@ void stage_finished(turn_context& ctx, turn_stage stage, std::chrono::steady_clo
     auto elapsed = ctx.internal.stage_mark - started;
     ctx.framework->metrics().observe_stage(stage, elapsed);
     if (!ctx.emitting()) return;
-    auto ms = std::chrono::duration<double, std::milli>(elapsed);
     std::string data = R"({"stage":")";
     data += to_string(stage);
     data += R"(","ms":)";
-    append_json_number(data, std::round(ms.count() * 1000) / 1000);
+    append_ms(data, elapsed);
     if (!ok) data += R"(,"ok":false)";
     data += '}';
     ctx.emit_text("stage.finished", std::move(data));

@@ -11,6 +11,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core.hpp>
@@ -20,10 +21,13 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -78,29 +82,66 @@ boost::system::result<target> parse_target(std::string_view url) {
     return t;
 }
 
-// The body is the caller's (or run()'s own copy): the request only points at it.
-using outgoing_request = bhttp::request<bhttp::span_body<const char>>;
+// parse_target of the URL this thread asked for last (a model's or a webhook's, the same for
+// every call): the parse is skipped when it repeats.
+boost::system::result<std::shared_ptr<const target>> cached_target(std::string_view url) {
+    thread_local std::string last_url;
+    thread_local std::shared_ptr<const target> last;
+    if (last && last_url == url) return last;
+    auto t = parse_target(url);
+    if (!t) return t.error();
+    last_url.assign(url);
+    last = std::make_shared<const target>(std::move(*t));
+    return last;
+}
 
-outgoing_request make_request(const std::string& method, const target& t, http_headers headers,
-                              std::string_view body) {
-    outgoing_request req;
-    auto verb = bhttp::string_to_verb(method);
-    if (verb == bhttp::verb::unknown)
-        req.method_string(method);
-    else
-        req.method(verb);
-    req.target(t.path);
-    req.version(11);
-    req.set(bhttp::field::host, t.host_header);
-    for (auto& [name, value] : headers) {
-        if (beast::iequals(name, "host"))
-            req.set(bhttp::field::host, value);
-        else
-            req.insert(name, value);
+// A request as it goes on the wire: its head serialized once, for every attempt, and its body,
+// the caller's (or run()'s own copy), only pointed at. Two buffers, one gathered write.
+struct outgoing_request {
+    std::string head;
+    std::string_view body;
+    bool head_method = false; // HEAD: the response has no body
+};
+
+// The head in HTTP/1.1 form: the request line, Host (the URL's, or the caller's own Host header),
+// the caller's headers in order, and Content-Length where a body is sent (or a POST, PUT or
+// OPTIONS says that it is empty), as Beast's prepare_payload would. The caller's Content-Length
+// and Transfer-Encoding are dropped: the body is framed here. A method that is not a token, a
+// header name that is empty or not a token, or a value holding CR, LF or NUL (a header could
+// otherwise be smuggled in) is invalid_argument, as is a TRACE with a body.
+boost::system::result<outgoing_request> make_request(const std::string& method, const target& t,
+                                                     const http_headers& headers, std::string_view body) {
+    const auto bad = make_error_code(boost::system::errc::invalid_argument);
+    auto token = [](std::string_view s) {
+        return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) {
+            return c > 0x20 && c < 0x7f && !std::strchr("\"(),/:;<=>?@[\\]{}", c);
+        });
+    };
+    auto clean = [](std::string_view s) { return s.find_first_of(std::string_view("\r\n\0", 3)) == s.npos; };
+    if (!token(method) || (method == "TRACE" && !body.empty())) return bad;
+    std::string_view host = t.host_header;
+    std::size_t size = method.size() + t.path.size() + 32 + host.size();
+    for (const auto& [name, value] : headers) {
+        if (!token(name) || !clean(value)) return bad;
+        if (beast::iequals(name, "host")) host = value;
+        size += name.size() + value.size() + 4;
     }
-    req.body() = bhttp::span_body<const char>::value_type(body.data(), body.size());
-    req.prepare_payload();
-    return req;
+    outgoing_request r;
+    r.body = body;
+    r.head_method = method == "HEAD";
+    auto& h = r.head;
+    h.reserve(size + 32);
+    h.append(method).append(" ").append(t.path).append(" HTTP/1.1\r\nHost: ").append(host).append("\r\n");
+    for (const auto& [name, value] : headers) {
+        if (beast::iequals(name, "host") || beast::iequals(name, "content-length") ||
+            beast::iequals(name, "transfer-encoding"))
+            continue;
+        h.append(name).append(": ").append(value).append("\r\n");
+    }
+    if (!body.empty() || method == "POST" || method == "PUT" || method == "OPTIONS")
+        h.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
+    h.append("\r\n");
+    return r;
 }
 
 // Errors meaning a reused connection had been closed by the server while it sat in the pool.
@@ -183,7 +224,8 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
                                clock_type::time_point deadline, http_response& out,
                                const head_fn& on_head, const body_fn& on_body, exchange_state& st) {
     c.tcp().expires_at(deadline);
-    auto [wec, wn] = co_await bhttp::async_write(s, req, use_tuple);
+    const std::array<asio::const_buffer, 2> out_buffers{asio::buffer(req.head), asio::buffer(req.body)};
+    auto [wec, wn] = co_await asio::async_write(s, out_buffers, use_tuple);
     if (wec) {
         st.ec = wec;
         co_return;
@@ -194,7 +236,7 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
     for (int interim = 0;; ++interim) {
         parser.emplace();
         parser->body_limit(body_limit);
-        if (req.method() == bhttp::verb::head) parser->skip(true);
+        if (req.head_method) parser->skip(true);
         c.tcp().expires_at(deadline);
         auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, *parser, use_tuple);
         st.got_response = st.got_response || parser->got_some();
@@ -401,9 +443,12 @@ http_client::impl::run(std::shared_ptr<impl> self, std::string method, std::stri
                        std::chrono::milliseconds timeout, head_fn on_head, body_fn on_body) {
     using result = std::pair<error_code, http_response>;
     const auto deadline = clock_type::now() + timeout;
-    auto t = parse_target(url);
-    if (!t) co_return result{t.error(), {}};
-    auto req = make_request(method, *t, std::move(headers), body.data() ? body : owned);
+    auto parsed = cached_target(url);
+    if (!parsed) co_return result{parsed.error(), {}};
+    const std::shared_ptr<const target> t = std::move(*parsed);
+    auto made = make_request(method, *t, headers, body.data() ? body : owned);
+    if (!made) co_return result{made.error(), {}};
+    auto& req = *made;
 
     for (int n = 0;; ++n) {
         auto conn = n == 0 ? self->take(t->key) : nullptr;
