@@ -841,6 +841,30 @@ BOOST_AUTO_TEST_CASE(recorded_chunks_and_their_mutations_agree) {
     BOOST_TEST(t.text.result().text == "Bonjour café été \xF0\x9F\x8E\x89 \xF0\x9F\x8E\x89");
 }
 
+// The scanner steps over plain string bytes eight at a time: each byte it must stop at (quote,
+// backslash escapes, a control character, a non-ASCII byte, \u) at every offset of strings
+// around that stride, in a value and in a key, agrees with the tree path.
+BOOST_AUTO_TEST_CASE(special_bytes_at_every_offset_of_a_string_agree) {
+    const std::vector<std::string> specials{"\\\"", "\\\\", "\\n", "\\/", "\\u0041", "\\x",
+                                            "\t",   "\x01",  "\x7f", "\xC3\xA9", "\x80",  "\""};
+    std::size_t direct_cases = 0, cases = 0;
+    for (std::size_t len = 0; len <= 24; ++len) {
+        for (std::size_t at = 0; at <= len; ++at) {
+            for (const auto& sp : specials) {
+                std::string text = std::string(at, 'a') + sp + std::string(len - at, 'b');
+                twin t;
+                t.feed(R"({"choices":[{"index":0,"delta":{"content":")" + text + R"("}}]})");
+                t.feed(R"({"choices":[],")" + text + R"(":1})");
+                direct_cases += t.direct;
+                cases += 2;
+            }
+        }
+    }
+    // Plain escapes and DEL are read directly; \u, raw control bytes and UTF-8 are not.
+    BOOST_TEST(direct_cases > 0u);
+    BOOST_TEST(direct_cases < cases);
+}
+
 // Every chunk of every recorded provider stream (when $BATON_PROVIDER_STREAMS has them), each
 // recording from a fresh pair of assemblers; the second chunk of each (the first text, as a rule)
 // is mutated as above.

@@ -3,6 +3,9 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -327,6 +330,7 @@ public:
         const char* start = p_;
         bool escaped = false;
         for (;; ++p_) {
+            skip_plain();
             if (p_ == end_) return false;
             auto c = static_cast<unsigned char>(*p_);
             if (c == '"') break;
@@ -440,6 +444,31 @@ public:
     }
 
 private:
+    // Moves the cursor over plain string bytes, eight at a time while eight remain, to the first
+    // quote, backslash, control character or non-ASCII byte (or to the last few bytes). Of the
+    // bytes each test flags, the lowest is always right: a false flag only follows a true one.
+    void skip_plain() {
+        constexpr std::uint64_t ones = 0x0101010101010101u, highs = 0x8080808080808080u;
+        auto zero_bytes = [](std::uint64_t x) { return (x - ones) & ~x & highs; };
+        while (end_ - p_ >= 8) {
+            std::uint64_t v;
+            std::memcpy(&v, p_, 8);
+            if constexpr (std::endian::native == std::endian::big) v = byteswap(v);
+            const std::uint64_t look = (v & highs) | ((v - ones * 0x20) & ~v & highs) |
+                                       zero_bytes(v ^ (ones * '"')) | zero_bytes(v ^ (ones * '\\'));
+            if (look != 0) {
+                p_ += std::countr_zero(look) / 8;
+                return;
+            }
+            p_ += 8;
+        }
+    }
+    static std::uint64_t byteswap(std::uint64_t v) {
+        std::uint64_t r = 0;
+        for (int i = 0; i < 8; ++i, v >>= 8)
+            r = (r << 8) | (v & 0xff);
+        return r;
+    }
     static bool is_number_char(char c) {
         return (c >= '0' && c <= '9') || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-';
     }
