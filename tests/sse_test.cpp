@@ -793,8 +793,22 @@ BOOST_AUTO_TEST_CASE(common_chunks_are_read_directly_and_the_rest_as_before) {
         {R"({"choices":[{"index":0,"delta":{"content":"x","tool_calls":null,"reasoning":null,"reasoning_content":null,"reasoning_details":null},"logprobs":{"content":[{"token":"x","logprob":-0.01,"bytes":[120]}]}}]})", true},
         {R"({})", true},
         {R"({"error":null,"x_groq":null,"choices":[]})", true},
+        {head + R"("choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})", true},
+        {R"({"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":null,"prompt_tokens_details":{"cached_tokens":0},"completion_tokens_details":{"reasoning_tokens":12}}})", true},
+        {R"({"choices":[],"usage":{"total_tokens":4}})", true},
+        {R"({"choices":[],"usage":{}})", true},
+        {R"({"choices":[],"usage":{"prompt_tokens":999999999999999999}})", true},
         // The slow path: what add() reads and the direct reading leaves to it.
-        {head + R"("choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":9999999999999999999}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":-1}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":3.0}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":3e2}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":"3"}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":03}})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":3,"prompt_tokens":4}})", false},
+        {R"({"choices":[],"usage":[]})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":3},"usage":null})", false},
+        {R"({"choices":[],"usage":{"prompt_tokens":3},"x_groq":{"usage":{"prompt_tokens":5}}})", false},
         {head + R"("choices":[{"index":0,"delta":{"content":"caf\u00e9"}}]})", false},
         {head + "\"choices\":[{\"index\":0,\"delta\":{\"content\":\"caf\xC3\xA9\"}}]}", false},
         {head + R"("choices":[{"index":0,"delta":{"content":[{"type":"text","text":"parts"}]}}]})", false},
@@ -837,7 +851,7 @@ BOOST_AUTO_TEST_CASE(recorded_chunks_and_their_mutations_agree) {
         mutate(t, c);
         t.feed(c);
     }
-    BOOST_TEST(t.direct == 3u); // role, "Bonjour", and the finish: the others need the slow path
+    BOOST_TEST(t.direct == 4u); // role, "Bonjour", the finish and the usage: the others need the slow path
     BOOST_TEST(t.text.result().text == "Bonjour café été \xF0\x9F\x8E\x89 \xF0\x9F\x8E\x89");
 }
 

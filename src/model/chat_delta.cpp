@@ -394,6 +394,24 @@ public:
         return p_ == end_ || !is_number_char(*p_);
     }
 
+    // A token count: 0 or [1-9][0-9]* of at most 18 digits (so that it fits an int64 as
+    // boost::json reads it), not followed by a fraction or an exponent.
+    bool count(std::int64_t& n) {
+        space();
+        if (p_ == end_ || !digit(*p_)) return false;
+        n = 0;
+        int digits = 0;
+        if (*p_ == '0') {
+            ++p_;
+        } else {
+            for (; p_ != end_ && digit(*p_); ++p_) {
+                if (++digits > 18) return false;
+                n = n * 10 + (*p_ - '0');
+            }
+        }
+        return p_ == end_ || !is_number_char(*p_);
+    }
+
     // Any value, checked but not kept.
     bool skip(int depth = 0) {
         space();
@@ -625,6 +643,15 @@ bool chat_stream_assembler::add_common(std::string_view chunk, chunk_delta& out,
         if (key == "tool_calls") return must_be_null(1u << 5);
         return s.skip(2);
     };
+    // As read_usage: a count or null (0), other members skipped.
+    bool has_usage = false;
+    std::int64_t prompt_tokens = 0, completion_tokens = 0;
+    auto count_or_null = [&s](std::int64_t& n) { return s.null() || s.count(n); };
+    auto usage = [&](std::string_view key) {
+        if (key == "prompt_tokens") return once(1u << 15) && count_or_null(prompt_tokens);
+        if (key == "completion_tokens") return once(1u << 16) && count_or_null(completion_tokens);
+        return s.skip(1);
+    };
     auto choice = [&](std::string_view key) {
         if (key == "index") return once(1u << 6) && (s.null() || s.zero());
         if (key == "finish_reason") {
@@ -639,7 +666,12 @@ bool chat_stream_assembler::add_common(std::string_view chunk, chunk_delta& out,
     auto top = [&](std::string_view key) {
         if (key == "id") return once(1u << 9) && string_or_null(id, nullptr);
         if (key == "model") return once(1u << 10) && string_or_null(model, nullptr);
-        if (key == "usage") return must_be_null(1u << 11);
+        if (key == "usage") {
+            if (!once(1u << 11)) return false;
+            if (s.null()) return true;
+            has_usage = true;
+            return s.members(usage);
+        }
         if (key == "error") return must_be_null(1u << 12);
         if (key == "x_groq") return must_be_null(1u << 13);
         if (key == "choices") {
@@ -662,6 +694,11 @@ bool chat_stream_assembler::add_common(std::string_view chunk, chunk_delta& out,
     if (!model.empty()) result_.model = model;
     result_.text.append(content);
     if (has_finish) result_.finish_reason = finish_reason;
+    if (has_usage) {
+        result_.has_usage = true;
+        result_.prompt_tokens = prompt_tokens;
+        result_.completion_tokens = completion_tokens;
+    }
     out = {std::string(content), {}};
     return true;
 }

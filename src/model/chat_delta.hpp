@@ -36,12 +36,13 @@ public:
 
     // A chunk as the text of its JSON object: what add() does with it parsed, the same result,
     // the same error. A text that is not a JSON object sets `error` to "a stream event is not a
-    // JSON object". The common chunk (reply text, a finish_reason, ids; nothing that add() would
+    // JSON object". The common chunk (reply text, a finish_reason, ids, usage; nothing that add() would
     // reject) is read straight from the text, without building the JSON tree; see add_common().
     chunk_delta add_text(std::string_view chunk, std::string& error);
 
     // The fast half of add_text(): true when `chunk` is a JSON object whose only fields add()
-    // reads are `id`, `model` (strings), a `usage` of null and a `choices` array of at most one
+    // reads are `id`, `model` (strings), a `usage` of null or an object whose `prompt_tokens` and
+    // `completion_tokens` are null or plain integers of up to 18 digits, a `choices` array of at most one
     // object with `index` 0, a `finish_reason` string and a `delta` whose `content` is a string
     // without \u escapes; the text must be ASCII. Then it does what add() would do and fills
     // `out`. Otherwise false, with nothing changed: the caller parses the text and calls add().
