@@ -14,6 +14,7 @@
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -704,6 +705,40 @@ BOOST_FIXTURE_TEST_CASE(the_request_head_is_framed_here_and_a_smuggled_header_is
     BOOST_TEST(reqs[1].header("Content-Length").value_or("") == "0");
     BOOST_TEST(!reqs[2].header("Content-Length"));
     BOOST_TEST(reqs[2].header("Host").value_or("") == "127.0.0.1:" + std::to_string(server.port()));
+}
+
+// One deadline bounds the whole exchange, the body too: a stream that stops sending ends in
+// error::timeout with what came before it delivered, and the connection is not pooled. The
+// timeout is the call's own: the calls before and after it on the same client are not touched.
+BOOST_FIXTURE_TEST_CASE(a_stream_that_stalls_times_out_mid_body, openai_fixture) {
+    auto url = server.base_url() + "/chat/completions";
+    server.push(fake_reply::completion("first"));
+    auto [ec0, r0] = run_bounded(ctx, http->request("POST", url, {}, "{}", milliseconds(2000)), 5s);
+    BOOST_TEST(!ec0, ec0.message());
+    BOOST_TEST(http->idle_connections() == 1u);
+
+    auto stall = fake_reply::stream_text({"one", "two", "three"});
+    stall.piece_delay = std::chrono::microseconds(milliseconds(600));
+    server.push(stall);
+    std::string got;
+    auto t0 = steady::now();
+    auto [ec, head] = run_bounded(
+        ctx,
+        http->stream("POST", url, {}, "{}", milliseconds(300), [](const http_response&) {},
+                     [&](std::string_view piece) { got += piece; }),
+        5s);
+    BOOST_TEST((ec == boost::beast::error::timeout), ec.message());
+    BOOST_TEST(head.status == 200u);
+    BOOST_TEST(contains(got, "assistant"), got); // the first piece came before the stall
+    BOOST_TEST(!contains(got, "[DONE]"), got);
+    BOOST_TEST(ms_since(t0) >= 290); // not before its deadline
+    BOOST_TEST(http->idle_connections() == 0u);
+
+    server.push(fake_reply::completion("after"));
+    auto [ec2, r2] = run_bounded(ctx, http->request("POST", url, {}, "{}", milliseconds(2000)), 5s);
+    BOOST_TEST(!ec2, ec2.message());
+    BOOST_TEST(contains(r2.body, "after"), r2.body);
+    BOOST_TEST(http->idle_connections() == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(refused_connection_is_retried_then_model_error, openai_fixture) {

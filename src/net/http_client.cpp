@@ -156,6 +156,8 @@ struct connection {
     std::optional<beast::tcp_stream> plain;
     std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
     beast::flat_buffer buffer;
+    // Bounds an exchange (see exchange_deadline); on the strand, made with the stream.
+    std::optional<asio::steady_timer> timer;
     // Where body pieces land; with the connection, not in every exchange's coroutine frame.
     std::array<char, 16384> piece;
 
@@ -217,19 +219,56 @@ resolve(asio::any_io_executor strand, std::string host, std::uint16_t port,
                         std::vector<tcp::endpoint>{}};
 }
 
+// One timer bounds a whole exchange, instead of the stream's expiry: Beast's basic_stream sets a
+// timer for every read and write it does and cancels it when that ends (~6 a streamed call). At
+// the deadline the socket's operations are cancelled and the exchange ends with error::timeout.
+// The timer's handler and the exchange share the connection's strand; `done` tells a handler
+// that comes late (the exchange ended, the connection may be gone) to touch nothing.
+class exchange_deadline {
+public:
+    exchange_deadline(connection& c, clock_type::time_point at)
+        : c_(c), watch_(std::make_shared<watch>()) {
+        c.tcp().expires_never();
+        if (!c.timer) c.timer.emplace(c.strand);
+        c.timer->expires_at(at);
+        c.timer->async_wait([w = watch_, &c](error_code ec) {
+            if (ec || w->done) return;
+            w->fired = true;
+            error_code ignored;
+            c.tcp().socket().cancel(ignored);
+        });
+    }
+    ~exchange_deadline() {
+        watch_->done = true;
+        c_.timer->cancel();
+    }
+    exchange_deadline(const exchange_deadline&) = delete;
+    exchange_deadline& operator=(const exchange_deadline&) = delete;
+
+    // What an operation that just ended means: a timeout once the deadline has passed (even if
+    // the operation itself got through just before), else its own error.
+    error_code outcome(error_code ec) const {
+        return watch_->fired ? error_code(beast::error::timeout) : ec;
+    }
+
+private:
+    struct watch {
+        bool done = false, fired = false;
+    };
+    connection& c_;
+    std::shared_ptr<watch> watch_;
+};
+
 // The body of the response is read piece by piece into `piece`, each piece handed to on_body (or
 // appended to out.body when there is none); everything is bounded by `deadline`.
 template <class Stream>
 asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
                                clock_type::time_point deadline, http_response& out,
                                const head_fn& on_head, const body_fn& on_body, exchange_state& st) {
-    c.tcp().expires_at(deadline);
+    exchange_deadline bound(c, deadline);
     const std::array<asio::const_buffer, 2> out_buffers{asio::buffer(req.head), asio::buffer(req.body)};
     auto [wec, wn] = co_await asio::async_write(s, out_buffers, use_tuple);
-    if (wec) {
-        st.ec = wec;
-        co_return;
-    }
+    if ((st.ec = bound.outcome(wec))) co_return;
     std::optional<bhttp::response_parser<bhttp::buffer_body>> parser;
     // Interim answers (100 Continue, 103 Early Hints) come before the real one and are skipped
     // (RFC 9110 15.2); a few at most, so that a peer cannot keep us here.
@@ -237,13 +276,9 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
         parser.emplace();
         parser->body_limit(body_limit);
         if (req.head_method) parser->skip(true);
-        c.tcp().expires_at(deadline);
         auto [hec, hn] = co_await bhttp::async_read_header(s, c.buffer, *parser, use_tuple);
         st.got_response = st.got_response || parser->got_some();
-        if (hec) {
-            st.ec = hec;
-            co_return;
-        }
+        if ((st.ec = bound.outcome(hec))) co_return;
         auto code = parser->get().result_int();
         if (code < 100 || code >= 200 || code == 101 || interim == 4) break;
     }
@@ -256,7 +291,6 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
     while (!p.is_done()) {
         p.get().body().data = piece.data();
         p.get().body().size = piece.size();
-        c.tcp().expires_at(deadline);
         // read_some, not read: a streamed body must reach on_body as soon as it arrives.
         auto [ec, n] = co_await bhttp::async_read_some(s, c.buffer, p, use_tuple);
         std::string_view got(piece.data(), piece.size() - p.get().body().size);
@@ -266,12 +300,9 @@ asio::awaitable<void> exchange(Stream& s, connection& c, outgoing_request& req,
             else
                 out.body.append(got);
         }
-        if (ec && ec != bhttp::error::need_buffer) {
-            st.ec = ec;
-            co_return;
-        }
+        if (ec == bhttp::error::need_buffer) ec = {};
+        if ((st.ec = bound.outcome(ec))) co_return;
     }
-    c.tcp().expires_never();
     st.reusable = p.keep_alive() && c.buffer.size() == 0;
 }
 
