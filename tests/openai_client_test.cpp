@@ -525,6 +525,21 @@ BOOST_FIXTURE_TEST_CASE(pooled_connection_closed_by_server_is_replaced, openai_f
     BOOST_TEST(server.connections() == 2u);
 }
 
+// A connection back in the pool for less than half a second is taken without asking the socket
+// whether the server has closed it since; when it has, the request finds it closed before any
+// answer and goes again on a new connection.
+BOOST_FIXTURE_TEST_CASE(a_connection_closed_just_after_its_answer_is_replaced, openai_fixture) {
+    retry.max_attempts = 1; // only the HTTP client's own retry may save the second call
+    auto first = fake_reply::completion("first");
+    first.drop_after = std::size_t(1) << 30; // the whole answer, then a close it did not announce
+    server.push(first);
+    server.push(fake_reply::completion("second"));
+    BOOST_TEST(complete().text == "first");
+    BOOST_TEST(complete().text == "second");
+    BOOST_TEST(server.requests().size() == 2u);
+    BOOST_TEST(server.connections() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(concurrent_calls_share_the_pool_across_threads) {
     fake_openai server;
     asio::io_context ioc;

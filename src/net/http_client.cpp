@@ -163,11 +163,18 @@ struct connection {
 
     beast::tcp_stream& tcp() { return plain ? *plain : tls->next_layer(); }
 
+    clock_type::time_point idle_since; // when it went back to the pool
+
     // An idle keep-alive connection is usable when the server has neither closed it (a FIN reads
-    // as 0) nor sent anything unasked (a TLS close_notify, or bytes we could not frame).
-    bool alive() {
+    // as 0) nor sent anything unasked (a TLS close_notify, or bytes we could not frame). One that
+    // went back to the pool less than fresh_idle ago is taken without asking the socket (a system
+    // call a request): a server seldom closes a connection that soon, and when it did, the request
+    // finds it closed before any answer and is sent again on a new one (see run()).
+    static constexpr auto fresh_idle = std::chrono::milliseconds(500);
+    bool alive(clock_type::time_point now) {
         auto& sock = tcp().socket();
         if (!sock.is_open() || buffer.size() != 0) return false;
+        if (now - idle_since < fresh_idle) return true;
         char byte;
         auto n = ::recv(sock.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -350,6 +357,7 @@ struct http_client::impl {
     std::unordered_map<std::string, std::deque<std::unique_ptr<connection>>> idle;
 
     std::unique_ptr<connection> take(const std::string& key) {
+        const auto now = clock_type::now();
         std::lock_guard lock(mutex);
         auto it = idle.find(key);
         if (it == idle.end()) return nullptr;
@@ -357,7 +365,7 @@ struct http_client::impl {
         while (!it->second.empty()) {
             auto c = std::move(it->second.back());
             it->second.pop_back();
-            if (c->alive()) return c;
+            if (c->alive(now)) return c;
         }
         return nullptr;
     }
@@ -366,6 +374,7 @@ struct http_client::impl {
         std::lock_guard lock(mutex);
         if (closed || opts.max_idle_per_endpoint == 0) return;
         auto& list = idle[key];
+        c->idle_since = clock_type::now();
         list.push_back(std::move(c));
         while (list.size() > opts.max_idle_per_endpoint)
             list.pop_front();
