@@ -851,6 +851,40 @@ BOOST_AUTO_TEST_CASE(data_survives_close_and_reopen) {
         (s->insert_turn(make_turn("t_3", "s1"), {"key", "fp"}).outcome == insert_outcome::replayed));
 }
 
+// The store's VFS holds a commit's WAL frames back and writes them in one go when the commit frame
+// is complete (src/store/sqlite_wal_vfs.hpp): what a call stored is in the file when the call
+// returns, for a connection of the default VFS to read, and a transaction of several MiB, which
+// goes out in pieces and reads its own spilled pages back, arrives whole.
+BOOST_AUTO_TEST_CASE(a_call_is_in_the_file_when_it_returns) {
+    temp_dir dir;
+    auto s = open_store("sqlite", dir);
+    raw_db raw(dir.db_path());
+    for (int i = 0; i < 40; ++i) {
+        s->insert_turn(make_turn("t_" + std::to_string(i), "s" + std::to_string(i % 7)), {});
+        BOOST_TEST_REQUIRE(raw.scalar("SELECT count(*) FROM turns") == std::to_string(i + 1));
+        auto u = entries_for("s" + std::to_string(i % 7), "t_" + std::to_string(i), 2);
+        s->save_state(u);
+        BOOST_TEST_REQUIRE(raw.scalar("SELECT count(*) FROM tape") == std::to_string(2 * (i + 1)));
+    }
+    s->insert_turn(make_turn("t_big", "big"), {});
+    s->begin_batch();
+    for (int i = 0; i < 12; ++i) {
+        state_update u{"big", "t_big", {make_message("user", std::string(300'000, char('a' + i)))},
+                       std::nullopt};
+        s->save_state(u);
+    }
+    s->end_batch();
+    BOOST_TEST(raw.scalar("SELECT count(*) FROM tape WHERE session_id = 'big' AND "
+                          "length(payload) > 300000") == "12");
+    BOOST_TEST(raw.scalar("PRAGMA integrity_check") == "ok");
+    auto tape = s->read_tape("big", 0, 20);
+    BOOST_TEST_REQUIRE(tape.size() == 12u);
+    for (int i = 0; i < 12; ++i)
+        BOOST_TEST(tape[i].payload.at("text").as_string() == std::string(300'000, char('a' + i)));
+    s.reset();
+    BOOST_TEST(raw.scalar("SELECT count(*) FROM tape") == "92");
+}
+
 BOOST_AUTO_TEST_CASE(cursors_survive_close_and_reopen) {
     temp_dir dir;
     open_store("sqlite", dir)->set_cursor("telegram.offset", "977");

@@ -5,6 +5,7 @@
 
 #include "src/store/sqlite_query.hpp"
 #include "src/store/sqlite_schema.hpp"
+#include "src/store/sqlite_wal_vfs.hpp"
 #include "src/store/store_columns.hpp"
 
 #include <sqlite3.h>
@@ -53,9 +54,11 @@ db_ptr open_database(const sqlite_options& opts) {
                                      ec.message());
     }
     sqlite3* raw = nullptr;
-    // NOMUTEX: the store's own mutex already serialises every use of the connection.
+    // NOMUTEX: the store's own mutex already serialises every use of the connection. The VFS
+    // writes a commit's WAL frames in one system call (sqlite_wal_vfs.hpp).
     int rc = sqlite3_open_v2(opts.path.c_str(), &raw,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             detail::sqlite_combining_vfs());
     db_ptr db(raw);
     if (rc != SQLITE_OK) {
         if (!db) throw std::runtime_error("sqlite: cannot open " + opts.path + ": out of memory");
@@ -67,6 +70,10 @@ db_ptr open_database(const sqlite_options& opts) {
     exec(db.get(), "PRAGMA journal_mode = WAL");
     exec(db.get(), "PRAGMA synchronous = " + checked_synchronous(opts.synchronous));
     exec(db.get(), "PRAGMA foreign_keys = ON");
+    // Statement journals (every call of a group commit is a savepoint) stay in memory: past
+    // 64 KiB SQLite would spill one to a temporary file, created, written page by page and
+    // deleted again in every such transaction.
+    exec(db.get(), "PRAGMA temp_store = MEMORY");
     detail::migrate_sqlite(db.get());
     return db;
 }
