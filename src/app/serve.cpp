@@ -12,6 +12,8 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_future.hpp>
 
+#include <sqlite3.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -88,6 +90,10 @@ std::string url_host(const tcp::endpoint& ep) {
 
 int run_daemon(const serve_options& opts) {
     tune_malloc();
+    // The daemon owns its process and reads no SQLite memory statistics: without them SQLite
+    // takes no global mutex around each of its allocations (~6% of a stored turn's instructions,
+    // bench/RESULTS.md, session 39). Only before SQLite starts; an embedder decides for itself.
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     auto loaded = load_config_or_report(opts.config_file);
     if (!loaded) return 2;
     service_options so;
