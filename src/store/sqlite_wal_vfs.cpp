@@ -20,6 +20,7 @@ constexpr std::size_t pending_limit = std::size_t{1} << 20; // a big transaction
 // The unix VFS writes at most 128 KiB - 1 at a time (it masks the size with 0x1ffff: SQLite's
 // own writes are pages), so what is pending goes out in pieces below that.
 constexpr std::size_t write_limit = 124 * 1024;
+constexpr std::size_t kept_capacity = 256 * 1024;
 
 // What a WAL file holds back: one contiguous run of bytes, from `start`.
 struct pending {
@@ -66,7 +67,11 @@ int flush(sqlite3_file* f) {
                                p->start + static_cast<sqlite3_int64>(at));
     }
     // Failed or not, what was pending is SQLite's to write again: a failed commit is rolled back.
-    p->bytes.clear();
+    // A big transaction's buffer is let go, so that an idle store holds a group commit's at most.
+    if (p->bytes.capacity() > kept_capacity)
+        std::string().swap(p->bytes);
+    else
+        p->bytes.clear();
     p->commit_page_at = -1;
     return rc;
 }
