@@ -885,6 +885,39 @@ BOOST_AUTO_TEST_CASE(a_call_is_in_the_file_when_it_returns) {
     BOOST_TEST(raw.scalar("SELECT count(*) FROM tape") == "92");
 }
 
+// In a group commit, an end of a turn that fails takes back everything it wrote (its tape entries
+// and outbox items come before the record that fails), and only that: the calls before and after
+// it in the same transaction are stored.
+BOOST_AUTO_TEST_CASE(a_failed_end_in_a_batch_takes_back_only_its_own_writes) {
+    temp_dir dir;
+    auto s = open_store("sqlite", dir);
+    s->begin_batch();
+    s->insert_turn(make_turn("t_1", "s1"), {});
+    turn_end end;
+    end.state = entries_for("s9", "t_missing", 2);
+    outbox_item o;
+    o.key = "ob_orphan";
+    o.turn_id = "t_missing";
+    o.session_id = "s9";
+    o.channel = "ws";
+    o.recipient = "s9";
+    o.text = "x";
+    end.outbox = {o};
+    auto ghost = make_turn("t_missing", "s9");
+    ghost.status = turn_status::completed;
+    end.finished = {ghost};
+    BOOST_CHECK_THROW(s->end_turn(end), std::exception);
+    auto after = entries_for("s1", "t_1", 1);
+    s->save_state(after);
+    s->end_batch();
+    BOOST_TEST(s->get_turn("t_1").has_value());
+    BOOST_TEST(ids_of(s->read_tape("s1", 0, 10)) == (std::vector<std::int64_t>{1}));
+    BOOST_TEST(s->read_tape("s9", 0, 10).empty());
+    BOOST_TEST(!s->get_outbox("ob_orphan").has_value());
+    raw_db raw(dir.db_path());
+    BOOST_TEST(raw.scalar("SELECT count(*) FROM sessions WHERE session_id = 's9'") == "0");
+}
+
 BOOST_AUTO_TEST_CASE(cursors_survive_close_and_reopen) {
     temp_dir dir;
     open_store("sqlite", dir)->set_cursor("telegram.offset", "977");
