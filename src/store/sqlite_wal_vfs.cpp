@@ -86,8 +86,9 @@ int x_write(sqlite3_file* f, const void* data, int n, sqlite3_int64 off) {
     try {
         p->bytes.append(static_cast<const char*>(data), static_cast<std::size_t>(n));
     } catch (const std::bad_alloc&) {
-        int rc = flush(f);
-        return rc ? rc : methods(f).xWrite(inner(f), data, n, off);
+        // Written at once instead; a commit header's page that follows is still caught below.
+        if (int rc = flush(f)) return rc;
+        if (int rc = methods(f).xWrite(inner(f), data, n, off)) return rc;
     }
     p->commit_page_at = commit_header(data, n) ? off + n : -1;
     if (completes_commit || p->bytes.size() >= pending_limit) return flush(f);
