@@ -93,6 +93,25 @@ state_update entries_for(const std::string& sid, const std::string& tid, int n) 
     return u;
 }
 
+// The end of a turn that was never stored: N tape entries and an outbox item for session s9 come
+// before its record, which names the unknown turn t_missing and so fails.
+turn_end end_of_unknown_turn(int entries) {
+    turn_end end;
+    end.state = entries_for("s9", "t_missing", entries);
+    outbox_item o;
+    o.key = "ob_orphan";
+    o.turn_id = "t_missing";
+    o.session_id = "s9";
+    o.channel = "ws";
+    o.recipient = "s9";
+    o.text = "x";
+    end.outbox = {o};
+    auto ghost = make_turn("t_missing", "s9");
+    ghost.status = turn_status::completed;
+    end.finished = {ghost};
+    return end;
+}
+
 std::vector<std::int64_t> ids_of(const std::vector<tape_entry>& v) {
     std::vector<std::int64_t> ids;
     for (const auto& e : v)
@@ -709,19 +728,7 @@ BOOST_DATA_TEST_CASE(end_turn_writes_tape_state_outbox_and_record_together, bdat
 
 BOOST_DATA_TEST_CASE(an_end_naming_an_unknown_turn_changes_nothing, bdata::make(kinds), kind) {
     store_fixture f(kind);
-    turn_end end;
-    end.state = entries_for("s9", "t_missing", 1);
-    outbox_item o;
-    o.key = "ob_orphan";
-    o.turn_id = "t_missing";
-    o.session_id = "s9";
-    o.channel = "ws";
-    o.recipient = "s9";
-    o.text = "x";
-    end.outbox = {o};
-    auto ghost = make_turn("t_missing", "s9");
-    ghost.status = turn_status::completed;
-    end.finished = {ghost};
+    auto end = end_of_unknown_turn(1);
     BOOST_CHECK_THROW(f.s->end_turn(end), std::exception);
     BOOST_TEST(f.s->read_tape("s9", 0, 10).empty());
     BOOST_TEST(!f.s->get_outbox("ob_orphan").has_value());
@@ -893,19 +900,7 @@ BOOST_AUTO_TEST_CASE(a_failed_end_in_a_batch_takes_back_only_its_own_writes) {
     auto s = open_store("sqlite", dir);
     s->begin_batch();
     s->insert_turn(make_turn("t_1", "s1"), {});
-    turn_end end;
-    end.state = entries_for("s9", "t_missing", 2);
-    outbox_item o;
-    o.key = "ob_orphan";
-    o.turn_id = "t_missing";
-    o.session_id = "s9";
-    o.channel = "ws";
-    o.recipient = "s9";
-    o.text = "x";
-    end.outbox = {o};
-    auto ghost = make_turn("t_missing", "s9");
-    ghost.status = turn_status::completed;
-    end.finished = {ghost};
+    auto end = end_of_unknown_turn(2);
     BOOST_CHECK_THROW(s->end_turn(end), std::exception);
     auto after = entries_for("s1", "t_1", 1);
     s->save_state(after);
