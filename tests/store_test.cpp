@@ -876,8 +876,8 @@ BOOST_AUTO_TEST_CASE(a_call_is_in_the_file_when_it_returns) {
     s->insert_turn(make_turn("t_big", "big"), {});
     s->begin_batch();
     for (int i = 0; i < 12; ++i) {
-        state_update u{"big", "t_big", {make_message("user", std::string(300'000, char('a' + i)))},
-                       std::nullopt};
+        state_update u{
+            "big", "t_big", {make_message("user", std::string(300'000, char('a' + i)))}, std::nullopt};
         s->save_state(u);
     }
     s->end_batch();
