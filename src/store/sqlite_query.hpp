@@ -55,13 +55,24 @@ public:
     }
 
     query& bind(int i, std::int64_t v) { return check(sqlite3_bind_int64(s_.get(), i, v)); }
+    // Text that outlives this query (a named string, a literal, a string_view of either) is bound
+    // without a copy: SQLite reads it only while a step runs, and this query's destructor resets
+    // and clears the statement before any such text can go. A temporary std::string (an rvalue)
+    // may end before the step that reads it, so SQLite copies that one.
     query& bind(int i, std::string_view v) {
+        return check(
+            sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_STATIC));
+    }
+    query& bind(int i, std::string&& v) {
         return check(
             sqlite3_bind_text(s_.get(), i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
     }
     query& bind(int i, std::nullptr_t) { return check(sqlite3_bind_null(s_.get(), i)); }
     template <class T> query& bind(int i, const std::optional<T>& v) {
         return v ? bind(i, *v) : bind(i, nullptr);
+    }
+    template <class T> query& bind(int i, std::optional<T>&& v) {
+        return v ? bind(i, std::move(*v)) : bind(i, nullptr);
     }
 
     // True while there is a row to read.
