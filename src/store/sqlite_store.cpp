@@ -373,12 +373,18 @@ public:
     void save_state(state_update& u) override {
         std::lock_guard lock(mutex_);
         transaction tx(st_, batch_);
-        query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).bind(3, u.tenant).run();
         std::int64_t next = 1;
+        bool known = false;
         {
             query q(st_.tape_next);
-            if (q.bind(1, u.session_id).bind(2, u.tenant).step()) next = q.int64(0);
+            if (q.bind(1, u.session_id).bind(2, u.tenant).step()) {
+                next = q.int64(0);
+                known = true;
+            }
         }
+        // A session no turn has named yet (a library's own save) gets its row here.
+        if (!known)
+            query(st_.ensure_session).bind(1, u.session_id).bind(2, now_ms()).bind(3, u.tenant).run();
         // Written into `u` before the commit: a failed save leaves ids that a retry simply reassigns.
         for (auto& e : u.entries) {
             e.id = next++;
