@@ -1,5 +1,6 @@
 // Group commit (store_runner): calls queued while the store thread is busy share one transaction;
-// a failing call is undone alone; a failed commit fails every call of its batch.
+// a failing call is undone alone (its batch, run bare first, is rolled back and run again call by
+// call); a call run_once never runs twice; a failed commit fails every call of its batch.
 #include <baton/store_runner.hpp>
 
 #include "tests/daemon_fixture.hpp"
@@ -11,6 +12,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -38,11 +41,28 @@ public:
     std::atomic<bool> fail_commits{false};
 };
 
+// A call for store_runner::run_once rather than run.
+template <class F> struct once {
+    F f;
+};
+template <class F> once(F) -> once<F>;
+
 template <class Call>
 asio::awaitable<void> run_one(store_runner& db, Call call, std::exception_ptr& error,
                               std::atomic<int>& done) {
     try {
         co_await db.run(std::move(call));
+    } catch (...) {
+        error = std::current_exception();
+    }
+    ++done;
+}
+
+template <class F>
+asio::awaitable<void> run_one(store_runner& db, once<F> call, std::exception_ptr& error,
+                              std::atomic<int>& done) {
+    try {
+        co_await db.run_once(std::move(call.f));
     } catch (...) {
         error = std::current_exception();
     }
@@ -70,6 +90,42 @@ std::vector<std::exception_ptr> queue_behind_slow_call(asio::io_context& ctx, st
     return errors;
 }
 
+// Holds the store thread in a call of its own until `spawn` has queued its n calls (spawn(errors,
+// done) co_spawns them), so that all of them go into the next batch together.
+template <class Spawn>
+std::vector<std::exception_ptr> in_one_batch(asio::io_context& ctx, store_runner& db, int n,
+                                             Spawn spawn) {
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+    std::atomic<int> done{0};
+    std::exception_ptr gate_error;
+    std::mutex m;
+    std::condition_variable cv;
+    bool open = false;
+    std::atomic<bool> entered{false};
+    auto gate = [&](store&) {
+        entered = true;
+        std::unique_lock lock(m);
+        cv.wait_for(lock, 10s, [&] { return open; });
+    };
+    asio::co_spawn(ctx, run_one(db, gate, gate_error, done), asio::detached);
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!entered.load() && std::chrono::steady_clock::now() < deadline)
+        ctx.run_one_for(10ms);
+    BOOST_REQUIRE(entered.load());
+    spawn(errors, done);
+    while (ctx.poll() > 0) {
+    } // every call has run up to its submission
+    {
+        std::lock_guard lock(m);
+        open = true;
+    }
+    cv.notify_one();
+    while (done.load() < n + 1 && std::chrono::steady_clock::now() < deadline)
+        ctx.run_one_for(10ms);
+    BOOST_REQUIRE_EQUAL(done.load(), n + 1);
+    return errors;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(group_commit)
@@ -89,6 +145,7 @@ BOOST_AUTO_TEST_CASE(calls_queued_meanwhile_share_one_commit_and_are_durable) {
         BOOST_TEST(db.calls() == 51u);
         // The slow call alone, then the 50 that queued behind it (at most split once).
         BOOST_TEST(db.batches() <= 3u);
+        BOOST_TEST(db.replays() == 0u); // no call failed: every batch went through bare
         db.stop();
     }
     // A fresh connection sees every call: the batch was committed.
@@ -113,12 +170,122 @@ BOOST_AUTO_TEST_CASE(a_failing_call_is_undone_alone) {
         auto errors = queue_behind_slow_call(f.ctx, db, 30, call);
         for (std::size_t i = 0; i < errors.size(); ++i)
             BOOST_TEST(static_cast<bool>(errors[i]) == (i % 3 == 1));
+        // The bare batch was rolled back at the first failure and run again call by call.
+        BOOST_TEST(db.replays() >= 1u);
         db.stop();
     }
     auto again = make_sqlite_store({path});
     BOOST_TEST(again->unfinished_turns().size() == 20u);
     BOOST_TEST(again->get_session("s0")->turns == 1);
     BOOST_TEST(!again->get_session("s_fail").has_value());
+}
+
+// The calls of one batch: counted() counts its runs and inserts t_keep, failing() inserts a
+// duplicate of t_keep after creating session s_fail, plain(i) inserts t_i.
+struct counted_batch {
+    std::atomic<int> runs{0};
+    auto plain(int i) {
+        auto t = queued_turn("t_" + std::to_string(i), "s" + std::to_string(i));
+        return [t](store& s) { s.insert_turn(t, {}); };
+    }
+    auto counted() {
+        return [this](store& s) {
+            ++runs;
+            s.insert_turn(queued_turn("t_keep", "s0"), {});
+        };
+    }
+    auto failing() {
+        return [](store& s) { s.insert_turn(queued_turn("t_keep", "s_fail"), {}); };
+    }
+};
+
+BOOST_AUTO_TEST_CASE(a_batch_with_a_failing_call_runs_every_call_again) {
+    scratch_dir dir;
+    auto path = (dir.root / "baton.db").string();
+    counted_batch b;
+    std::uint64_t batches = 0, replays = 0;
+    {
+        io_fixture f;
+        store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
+        const int n = 10;
+        auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
+            asio::co_spawn(f.ctx, run_one(db, b.counted(), errs[0], done), asio::detached);
+            for (int i = 1; i < n - 1; ++i)
+                asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
+                               asio::detached);
+            asio::co_spawn(f.ctx, run_one(db, b.failing(), errs.back(), done), asio::detached);
+        });
+        for (int i = 0; i < n; ++i)
+            BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == n - 1));
+        batches = db.batches();
+        replays = db.replays();
+        db.stop();
+    }
+    BOOST_TEST(batches == 2u); // the gate's, then all ten together
+    BOOST_TEST(replays == 1u);
+    // Run bare, rolled back, run again: twice, and its turn is stored once.
+    BOOST_TEST(b.runs.load() == 2);
+    auto again = make_sqlite_store({path});
+    BOOST_TEST(again->unfinished_turns().size() == 9u);
+    BOOST_TEST(again->get_turn("t_keep")->session_id == "s0");
+    BOOST_TEST(!again->get_session("s_fail").has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_call_run_once_is_never_run_again) {
+    scratch_dir dir;
+    auto path = (dir.root / "baton.db").string();
+    counted_batch b;
+    std::uint64_t batches = 0, replays = 0;
+    {
+        io_fixture f;
+        store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
+        const int n = 10;
+        auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
+            asio::co_spawn(f.ctx, run_one(db, once{b.counted()}, errs[0], done), asio::detached);
+            for (int i = 1; i < n - 1; ++i)
+                asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
+                               asio::detached);
+            asio::co_spawn(f.ctx, run_one(db, b.failing(), errs.back(), done), asio::detached);
+        });
+        for (int i = 0; i < n; ++i)
+            BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == n - 1));
+        batches = db.batches();
+        replays = db.replays();
+        db.stop();
+    }
+    BOOST_TEST(batches == 2u);
+    BOOST_TEST(replays == 0u); // its batch ran call by call from the start
+    BOOST_TEST(b.runs.load() == 1);
+    auto again = make_sqlite_store({path});
+    BOOST_TEST(again->unfinished_turns().size() == 9u);
+    BOOST_TEST(again->get_turn("t_keep").has_value());
+    BOOST_TEST(!again->get_session("s_fail").has_value());
+}
+
+// The store's side of it, called directly: an optimistic batch in which a call failed is not
+// committed, and abort_batch() leaves the store ready for the next batch.
+BOOST_AUTO_TEST_CASE(an_optimistic_batch_with_a_failed_call_stores_nothing) {
+    scratch_dir dir;
+    auto path = (dir.root / "baton.db").string();
+    auto s = make_sqlite_store({path});
+    BOOST_REQUIRE(s->begin_optimistic_batch());
+    s->insert_turn(queued_turn("t_1", "s1"), {});
+    BOOST_CHECK_THROW(s->insert_turn(queued_turn("t_1", "s_fail"), {}), std::runtime_error);
+    // A later call of the tainted batch refuses to run, and so does the commit.
+    BOOST_CHECK_THROW(s->insert_turn(queued_turn("t_2", "s2"), {}), std::runtime_error);
+    BOOST_CHECK_THROW(s->end_batch(), std::runtime_error);
+    BOOST_TEST(!s->get_turn("t_1").has_value());
+    BOOST_TEST(!s->get_session("s_fail").has_value());
+    // The same again, but abort_batch() then a plain batch: the store goes on.
+    BOOST_REQUIRE(s->begin_optimistic_batch());
+    s->insert_turn(queued_turn("t_1", "s1"), {});
+    s->abort_batch();
+    s->begin_batch();
+    s->insert_turn(queued_turn("t_3", "s3"), {});
+    s->end_batch();
+    auto again = make_sqlite_store({path});
+    BOOST_TEST(!again->get_turn("t_1").has_value());
+    BOOST_TEST(again->get_turn("t_3").has_value());
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_commit_fails_every_call_of_the_batch) {

@@ -227,6 +227,15 @@ public:
     // throws when that fails (then none of them is stored). No-ops for a store without commits.
     virtual void begin_batch() {}
     virtual void end_batch() {}
+    // The optimistic form, which the runner tries first: begin_optimistic_batch() begins a
+    // transaction whose calls run bare, without the undo point each that makes them
+    // all-or-nothing on their own, and answers true; a store without it answers false, having
+    // begun nothing. A call that throws in such a batch leaves the whole transaction to undo:
+    // abort_batch() rolls it back, and the runner runs the same calls again in a begin_batch()
+    // batch. end_batch() commits either form, and refuses (throws, storing nothing) an
+    // optimistic batch in which a call failed.
+    virtual bool begin_optimistic_batch() { return false; }
+    virtual void abort_batch() {}
 };
 
 std::unique_ptr<store> make_memory_store();

@@ -37,8 +37,34 @@ public:
 
     // Calls f(store) and returns its result once it is durable (its batch committed); exceptions,
     // including a failed commit, propagate to the awaiting coroutine.
+    // f may run more than once. A batch first runs its calls bare in one transaction (no undo
+    // point each: store::begin_optimistic_batch); when one of them throws, the transaction is
+    // rolled back and every call of the batch runs again, each all-or-nothing on its own. So f
+    // must do nothing but its store calls and its result, from what it captured, as a database
+    // transaction's retried function does. run_once is for a call that must not run again.
     // Cancellation: not cancellable once submitted (a store call is short and must finish).
     template <class F> auto run(F f) -> boost::asio::awaitable<std::invoke_result_t<F, baton::store&>> {
+        return call(std::move(f), true);
+    }
+    // As run, but f runs exactly once: a batch holding such a call is run call by call from the
+    // start (each call all-or-nothing on its own), never rolled back and run again.
+    template <class F>
+    auto run_once(F f) -> boost::asio::awaitable<std::invoke_result_t<F, baton::store&>> {
+        return call(std::move(f), false);
+    }
+
+    // Runs what is queued, then stops the store thread. Idempotent.
+    void stop();
+
+    // Batches committed so far and calls they carried (benchmarks, metrics); replays: the
+    // optimistic batches rolled back because a call failed, and run again call by call.
+    std::uint64_t batches() const;
+    std::uint64_t calls() const;
+    std::uint64_t replays() const;
+
+private:
+    template <class F>
+    auto call(F f, bool replayable) -> boost::asio::awaitable<std::invoke_result_t<F, baton::store&>> {
         using R = std::invoke_result_t<F, baton::store&>;
         if (!store_->blocking()) co_return f(*store_);
         std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result{};
@@ -52,7 +78,7 @@ public:
                 result.emplace(f(s));
             }
         };
-        auto initiate = [this, &work, &error](auto handler) {
+        auto initiate = [this, &work, &error, replayable](auto handler) {
             // The awaiting executor counts as busy until the job completes (io_context::run
             // must not return meanwhile).
             auto ex = boost::asio::prefer(boost::asio::get_associated_executor(handler),
@@ -60,7 +86,7 @@ public:
             auto done = [ex, h = std::make_shared<decltype(handler)>(std::move(handler))]() {
                 boost::asio::post(ex, [h] { (*h)(); });
             };
-            submit(job{std::ref(work), &error, std::move(done)});
+            submit(job{std::ref(work), &error, std::move(done), replayable});
         };
         co_await boost::asio::async_initiate<decltype(boost::asio::use_awaitable), void()>(
             initiate, boost::asio::use_awaitable);
@@ -68,29 +94,23 @@ public:
         if constexpr (!std::is_void_v<R>) co_return std::move(*result);
     }
 
-    // Runs what is queued, then stops the store thread. Idempotent.
-    void stop();
-
-    // Batches committed so far and calls they carried (benchmarks, metrics).
-    std::uint64_t batches() const;
-    std::uint64_t calls() const;
-
-private:
     struct job {
         std::function<void(baton::store&)> work;
         std::exception_ptr* error;
         std::function<void()> done;
+        bool replayable = true;
     };
     void submit(job j);
     void loop();
     void run_batch(std::vector<job>& batch);
+    bool run_optimistic(std::vector<job>& batch);
 
     std::shared_ptr<baton::store> store_;
     mutable std::mutex mutex_;
     std::condition_variable wake_;
     std::vector<job> queue_;
     bool stopping_ = false;
-    std::uint64_t batches_ = 0, calls_ = 0;
+    std::uint64_t batches_ = 0, calls_ = 0, replays_ = 0;
     std::thread thread_;
 };
 

@@ -1020,7 +1020,7 @@ asio::awaitable<std::vector<outbox_item>> runtime::enqueue_outbox(std::vector<ou
         std::vector<outbox_item> added;
         for (auto& o : items) {
             if (o.created_at == 0) o.created_at = now_ms();
-            if (s.add_outbox(o)) added.push_back(std::move(o));
+            if (s.add_outbox(o)) added.push_back(o); // a copy: this may run again (store_runner::run)
         }
         return added;
     };

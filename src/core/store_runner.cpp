@@ -41,6 +41,11 @@ std::uint64_t store_runner::calls() const {
     return calls_;
 }
 
+std::uint64_t store_runner::replays() const {
+    std::lock_guard lock(mutex_);
+    return replays_;
+}
+
 void store_runner::loop() {
     std::vector<job> batch;
     for (;;) {
@@ -75,10 +80,55 @@ std::exception_ptr own_copy(const std::exception_ptr& e) {
 }
 } // namespace
 
+// The fast path: every call bare in one transaction, then the commit. True when the batch is
+// done (committed, or its commit failed and every call has that error); false when it must run
+// again call by call: a call threw (its transaction is rolled back), or a call must not run twice,
+// or the store has no optimistic batches (nothing was begun).
+bool store_runner::run_optimistic(std::vector<job>& batch) {
+    for (const auto& j : batch)
+        if (!j.replayable) return false;
+    try {
+        if (!store_->begin_optimistic_batch()) return false;
+    } catch (...) {
+        return false; // the careful batch begins again, and reports what fails
+    }
+    try {
+        for (auto& j : batch)
+            j.work(*store_);
+    } catch (...) {
+        // A call failed: undo everything and run again, call by call. What the failed call said
+        // is heard again then, from its second run.
+        try {
+            store_->abort_batch();
+        } catch (...) {
+        }
+        std::lock_guard lock(mutex_);
+        ++replays_;
+        return false;
+    }
+    std::exception_ptr batch_error;
+    try {
+        store_->end_batch();
+    } catch (...) {
+        batch_error = std::current_exception();
+    }
+    if (batch_error) {
+        log::error("store: a batch of calls failed", {{"calls", batch.size()}});
+        for (auto& j : batch)
+            *j.error = own_copy(batch_error);
+    }
+    return true;
+}
+
 // Every call of the batch runs in one transaction; each call is all-or-nothing on its own (the
 // store nests it), and the commit makes the survivors durable together. A failed commit fails
 // every call that had succeeded, since none of them is stored.
 void store_runner::run_batch(std::vector<job>& batch) {
+    if (run_optimistic(batch)) {
+        for (auto& j : batch)
+            j.done();
+        return;
+    }
     std::exception_ptr batch_error;
     try {
         store_->begin_batch();
