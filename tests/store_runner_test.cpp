@@ -262,6 +262,38 @@ BOOST_AUTO_TEST_CASE(a_call_run_once_is_never_run_again) {
     BOOST_TEST(!again->get_session("s_fail").has_value());
 }
 
+BOOST_AUTO_TEST_CASE(a_call_that_fails_before_writing_needs_no_second_run) {
+    scratch_dir dir;
+    auto path = (dir.root / "baton.db").string();
+    counted_batch b;
+    std::uint64_t replays = 0;
+    {
+        io_fixture f;
+        store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
+        const int n = 5;
+        auto unknown = [](store& s) {
+            auto t = queued_turn("t_unknown", "s1");
+            t.status = turn_status::completed;
+            s.finish_turn(t); // changes no row, then throws
+        };
+        auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
+            asio::co_spawn(f.ctx, run_one(db, b.counted(), errs[0], done), asio::detached);
+            asio::co_spawn(f.ctx, run_one(db, unknown, errs[1], done), asio::detached);
+            for (int i = 2; i < n; ++i)
+                asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
+                               asio::detached);
+        });
+        for (int i = 0; i < n; ++i)
+            BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == 1));
+        replays = db.replays();
+        db.stop();
+    }
+    BOOST_TEST(replays == 0u);
+    BOOST_TEST(b.runs.load() == 1);
+    auto again = make_sqlite_store({path});
+    BOOST_TEST(again->unfinished_turns().size() == 4u);
+}
+
 // The store's side of it, called directly: an optimistic batch in which a call failed is not
 // committed, and abort_batch() leaves the store ready for the next batch.
 BOOST_AUTO_TEST_CASE(an_optimistic_batch_with_a_failed_call_stores_nothing) {

@@ -63,6 +63,13 @@ public:
     using std::runtime_error::runtime_error;
 };
 
+// Thrown by end_batch() of an optimistic batch in which a call wrote and then failed: nothing of
+// the batch is stored, and its calls are to run again, each all-or-nothing on its own.
+class batch_replay : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
 // Several nodes on one database (docs/design.md "Several nodes"): what a store that serves a
 // cluster offers the runtime beside the store calls. Each live session has one owner node, which
 // alone runs its turns, in accept order; a node that accepts a message for a session it does not
@@ -230,10 +237,10 @@ public:
     // The optimistic form, which the runner tries first: begin_optimistic_batch() begins a
     // transaction whose calls run bare, without the undo point each that makes them
     // all-or-nothing on their own, and answers true; a store without it answers false, having
-    // begun nothing. A call that throws in such a batch leaves the whole transaction to undo:
-    // abort_batch() rolls it back, and the runner runs the same calls again in a begin_batch()
-    // batch. end_batch() commits either form, and refuses (throws, storing nothing) an
-    // optimistic batch in which a call failed.
+    // begun nothing. A call that throws having written nothing has simply failed. One that
+    // wrote and then threw leaves the whole transaction to undo: end_batch() then throws
+    // batch_replay and stores nothing, and the runner runs the same calls again in a
+    // begin_batch() batch. abort_batch() rolls an optimistic batch back, whatever its state.
     virtual bool begin_optimistic_batch() { return false; }
     virtual void abort_batch() {}
 };

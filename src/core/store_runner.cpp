@@ -82,8 +82,8 @@ std::exception_ptr own_copy(const std::exception_ptr& e) {
 
 // The fast path: every call bare in one transaction, then the commit. True when the batch is
 // done (committed, or its commit failed and every call has that error); false when it must run
-// again call by call: a call threw (its transaction is rolled back), or a call must not run twice,
-// or the store has no optimistic batches (nothing was begun).
+// again call by call: a call wrote and then threw (the store refused the commit and rolled it
+// back), a call must not run twice, or the store has no optimistic batches (nothing was begun).
 bool store_runner::run_optimistic(std::vector<job>& batch) {
     for (const auto& j : batch)
         if (!j.replayable) return false;
@@ -92,30 +92,33 @@ bool store_runner::run_optimistic(std::vector<job>& batch) {
     } catch (...) {
         return false; // the careful batch begins again, and reports what fails
     }
-    try {
-        for (auto& j : batch)
-            j.work(*store_);
-    } catch (...) {
-        // A call failed: undo everything and run again, call by call. What the failed call said
-        // is heard again then, from its second run.
+    for (auto& j : batch) {
         try {
-            store_->abort_batch();
+            j.work(*store_);
         } catch (...) {
+            *j.error = std::current_exception();
         }
-        std::lock_guard lock(mutex_);
-        ++replays_;
-        return false;
     }
     std::exception_ptr batch_error;
     try {
         store_->end_batch();
+    } catch (const batch_replay&) {
+        try {
+            store_->abort_batch();
+        } catch (...) {
+        }
+        for (auto& j : batch)
+            *j.error = nullptr; // heard again, if it fails again, from its second run
+        std::lock_guard lock(mutex_);
+        ++replays_;
+        return false;
     } catch (...) {
         batch_error = std::current_exception();
     }
     if (batch_error) {
         log::error("store: a batch of calls failed", {{"calls", batch.size()}});
         for (auto& j : batch)
-            *j.error = own_copy(batch_error);
+            if (!*j.error) *j.error = own_copy(batch_error);
     }
     return true;
 }

@@ -177,7 +177,8 @@ struct batch_state {
 class transaction {
 public:
     transaction(statements& st, batch_state& batch)
-        : st_(st), batch_(batch), nested_(batch.open), bare_(batch.open && batch.bare) {
+        : st_(st), batch_(batch), nested_(batch.open), bare_(batch.open && batch.bare),
+          changes_(bare_ ? sqlite3_total_changes64(st.begin.db()) : 0) {
         if (nested_ && batch_.broken)
             throw std::runtime_error("sqlite: the batch's transaction was rolled back");
         if (bare_ && batch_.tainted)
@@ -192,7 +193,9 @@ public:
     ~transaction() {
         if (committed_) return;
         if (bare_) {
-            batch_.tainted = true;
+            // Ended without its commit (a throw, or an early return after a read): only a call
+            // that wrote something leaves writes that the batch must not commit.
+            if (sqlite3_total_changes64(st_.begin.db()) != changes_) batch_.tainted = true;
             return;
         }
         // SQLite may already have rolled back on its own (e.g. after SQLITE_FULL or an I/O error).
@@ -224,6 +227,7 @@ private:
     batch_state& batch_;
     bool nested_;
     bool bare_;
+    sqlite3_int64 changes_; // rows changed on the connection when a bare call began
     bool committed_ = false;
 };
 
@@ -635,7 +639,7 @@ public:
         try {
             if (broken) throw std::runtime_error("sqlite: the batch's transaction was rolled back");
             if (tainted)
-                throw std::runtime_error("sqlite: a call of this batch failed; nothing of it is stored");
+                throw batch_replay("sqlite: a call of this batch failed; nothing of it is stored");
             query(st_.commit).run();
         } catch (...) {
             if (!sqlite3_get_autocommit(db_.get())) step_and_reset(st_.rollback);
