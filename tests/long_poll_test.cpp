@@ -100,8 +100,31 @@ BOOST_AUTO_TEST_CASE(post_with_wait_and_an_idempotency_key_answers_the_same_turn
     BOOST_TEST_REQUIRE(first.status == 200u, first.body);
     auto again = d.request("POST", "/v1/sessions/s1/messages?wait=20", message_body("pay"), key);
     BOOST_TEST(again.status == 200u, again.body);
-    BOOST_TEST(again.body == first.body);
+    // The same record, saying that it is a replay.
+    auto replayed = body_object(again);
+    BOOST_TEST(replayed.at("replayed") == json::value(true));
+    replayed.erase("replayed");
+    BOOST_TEST(json::serialize(replayed) == json::serialize(body_object(first)));
     BOOST_TEST(d.model.requests().size() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_replay_with_wait_of_a_turn_still_running_is_202) {
+    model_daemon d({}, false, {}, patient);
+    d.model.push(fake_reply::completion("slow").after(std::chrono::milliseconds(3000)));
+    const header_list key{{"Idempotency-Key", "sync-2"}};
+    auto first = d.request("POST", "/v1/sessions/s1/messages", message_body("pay"), key);
+    BOOST_TEST_REQUIRE(first.status == 202u, first.body);
+    // With ?wait=, 200 means "ended", a replay's too: this one is still running.
+    auto again = d.request("POST", "/v1/sessions/s1/messages?wait=0.1", message_body("pay"), key);
+    BOOST_TEST(again.status == 202u, again.body);
+    auto body = body_object(again);
+    BOOST_TEST(body.at("replayed") == json::value(true));
+    BOOST_TEST(string_at(body, "turn_id") == string_at(body_object(first), "turn_id"));
+    BOOST_TEST(string_at(body, "status") != "completed");
+    // Without ?wait= a replay stays the 200 it always was.
+    auto plain = d.request("POST", "/v1/sessions/s1/messages", message_body("pay"), key);
+    BOOST_TEST(plain.status == 200u, plain.body);
+    BOOST_TEST(body_object(plain).at("replayed") == json::value(true));
 }
 
 BOOST_AUTO_TEST_CASE(bad_wait_values_are_400_and_store_nothing) {

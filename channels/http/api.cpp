@@ -349,6 +349,11 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
         if (rec && is_terminal(rec->status)) {
             reply r;
             r.body = baton::turn_json(*rec);
+            // A replay says so here too: the record's object with one member more.
+            if (ok.replayed && !r.body.empty() && r.body.back() == '}') {
+                r.body.pop_back();
+                r.body += ",\"replayed\":true}";
+            }
             r.headers.emplace_back("Location", "/v1/turns/" + ok.turn_id);
             co_return r;
         }
@@ -365,7 +370,8 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
         }
         body["replayed"] = true;
     }
-    auto r = json_reply(ok.replayed ? 200 : 202, body);
+    // With ?wait= a 200 means the turn has ended, a replay's too: one still going answers 202.
+    auto r = json_reply(ok.replayed && !wait.value ? 200 : 202, body);
     r.headers.emplace_back("Location", "/v1/turns/" + ok.turn_id);
     co_return r;
 }
