@@ -184,6 +184,10 @@ BOOST_AUTO_TEST_CASE(a_drain_answers_held_requests_at_once_with_the_record_as_it
     auto tid = d.post("hello");
     d.wait_for_turn(tid, {"running"});
     auto held_get = d.connect(30s), held_post = d.connect(30s);
+    // Open, idle, before the drain: a read on one, a new message on the other, after it began.
+    auto idle_read = d.connect(30s), idle_post = d.connect(30s);
+    BOOST_TEST_REQUIRE(idle_read.request("GET", "/healthz").status == 200u);
+    BOOST_TEST_REQUIRE(idle_post.request("GET", "/healthz").status == 200u);
     BOOST_TEST_REQUIRE(held_get.write(format_request("GET", "/v1/turns/" + tid + "?wait=60")));
     BOOST_TEST_REQUIRE(held_post.write(
         format_request("POST", "/v1/sessions/s1/messages?wait=60", message_body("next"))));
@@ -202,6 +206,14 @@ BOOST_AUTO_TEST_CASE(a_drain_answers_held_requests_at_once_with_the_record_as_it
     BOOST_TEST_REQUIRE(p.has_value(), held_post.last_error());
     BOOST_TEST(p->status == 202u, p->body);
     BOOST_TEST(string_at(body_object(*p), "status") == "queued", p->body);
+    // Draining now: a read is answered as usual, and closes its connection; a new message is
+    // refused and not stored.
+    auto r = idle_read.request("GET", "/v1/turns/" + tid);
+    BOOST_TEST(r.status == 200u, r.body);
+    BOOST_TEST(!r.keep_alive);
+    auto m = idle_post.request("POST", "/v1/sessions/s1/messages", message_body("too late"));
+    check_error(m, 503, "draining");
+    BOOST_TEST(!m.keep_alive);
     // The running turn still ends within the drain's grace, and the daemon exits cleanly.
     BOOST_TEST(d.stop() == 0, d.log());
 }
