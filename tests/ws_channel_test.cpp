@@ -215,6 +215,21 @@ BOOST_AUTO_TEST_CASE(bad_frames_get_an_error_frame_and_the_connection_stays_usab
     BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
     ws->send_binary("\x01\x02");
     BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
+    // An id that is not a string cannot be echoed: refused, with "id": null.
+    ws->send({{"type", "ping"}, {"id", 42}});
+    auto numeric = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(numeric) == "invalid_request");
+    BOOST_TEST(numeric.at("id").is_null());
+    // A message takes no deliver or metadata: refused, not silently dropped, and not stored.
+    for (const char* field : {"deliver", "metadata"}) {
+        auto m = message("w4", "hi", "m-x");
+        m[field] = json::object{};
+        ws->send(m);
+        auto refused = ws->read_until(frame_type("error"));
+        BOOST_TEST(error_code_of(refused) == "invalid_request");
+        BOOST_TEST(string_at(refused, "message").find(field) != std::string::npos);
+    }
+    check_error(d.request("GET", "/v1/sessions/w4"), 404, "not_found");
     ws->send({{"type", "ack"}, {"key", "ob_nope"}});
     BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "not_found");
     ws->send({{"type", "cancel"}, {"turn_id", "t_01m8p3g4mhdmdqxn8qwp6jwrbk"}});

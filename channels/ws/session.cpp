@@ -208,6 +208,11 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
         co_return;
     }
     const auto& f = v.get_object();
+    if (auto* given = f.if_contains("id"); given && !given->is_string()) {
+        // Answered with "id": null: only a string can be echoed back as it came.
+        send(error_frame("", "invalid_request", "id: expected a string"));
+        co_return;
+    }
     auto id = string_field(f, "id");
     auto type = string_field(f, "type");
     if (type == "ping") {
@@ -273,6 +278,14 @@ asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std:
         co_return;
     }
     ar.text = text->get_string();
+    for (const char* field : {"deliver", "metadata"})
+        if (f.contains(field)) {
+            // Refused rather than ignored: the sender would think it had been applied.
+            send(error_frame(id, "invalid_request",
+                             std::string(field) + ": not taken over WebSocket (the reply comes back "
+                                                  "on this connection); POST the message to use it"));
+            co_return;
+        }
     if (auto* agent = f.if_contains("agent")) {
         if (!agent->is_string()) {
             send(error_frame(id, "invalid_request", "agent: expected a string"));
