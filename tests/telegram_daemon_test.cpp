@@ -124,6 +124,11 @@ BOOST_AUTO_TEST_CASE(a_chat_message_becomes_a_turn_of_its_session) {
     auto items = body_object(d.request("GET", "/v1/outbox")).at("items").as_array();
     BOOST_REQUIRE_EQUAL(items.size(), 1u);
     BOOST_TEST(items[0].at("channel").as_string() == "telegram");
+    // Every member docs/api.md lists for an outbox item.
+    for (const char* k : {"key", "turn_id", "tenant", "session_id", "channel", "status", "attempts",
+                          "uncertain", "last_error"})
+        BOOST_TEST(items[0].as_object().contains(k), k);
+    BOOST_TEST(items[0].at("tenant").as_string() == "default");
     d.wait_past(id);
     // A group chat (negative id) is a session of its own.
     tg.push_message(-1001234, "group hi");

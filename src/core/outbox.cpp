@@ -47,6 +47,7 @@ std::optional<outbox_status> parse_outbox_status(std::string_view s) {
 json::object to_json(const outbox_item& o) {
     return {{"key", o.key},
             {"turn_id", o.turn_id},
+            {"tenant", o.tenant},
             {"session_id", o.session_id},
             {"channel", o.channel},
             {"status", to_string(o.status)},
