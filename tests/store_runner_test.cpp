@@ -42,9 +42,7 @@ public:
 };
 
 // A call for store_runner::run_once rather than run.
-template <class F> struct once {
-    F f;
-};
+template <class F> struct once { F f; };
 template <class F> once(F) -> once<F>;
 
 template <class Call>
@@ -199,30 +197,37 @@ struct counted_batch {
     }
 };
 
+// One batch of ten behind the gate: `first` (counted, via run or run_once), eight plain calls,
+// then the failing one, which alone must fail. Returns the runner's batches and replays.
+struct batch_outcome {
+    std::uint64_t batches = 0, replays = 0;
+};
+template <class First>
+batch_outcome run_counted_batch(const std::string& path, counted_batch& b, First first) {
+    io_fixture f;
+    store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
+    const int n = 10;
+    auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
+        asio::co_spawn(f.ctx, run_one(db, first, errs[0], done), asio::detached);
+        for (int i = 1; i < n - 1; ++i)
+            asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
+                           asio::detached);
+        asio::co_spawn(f.ctx, run_one(db, b.failing(), errs.back(), done), asio::detached);
+    });
+    for (int i = 0; i < n; ++i)
+        BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == n - 1));
+    batch_outcome out{db.batches(), db.replays()};
+    db.stop();
+    return out;
+}
+
 BOOST_AUTO_TEST_CASE(a_batch_with_a_failing_call_runs_every_call_again) {
     scratch_dir dir;
     auto path = (dir.root / "baton.db").string();
     counted_batch b;
-    std::uint64_t batches = 0, replays = 0;
-    {
-        io_fixture f;
-        store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
-        const int n = 10;
-        auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
-            asio::co_spawn(f.ctx, run_one(db, b.counted(), errs[0], done), asio::detached);
-            for (int i = 1; i < n - 1; ++i)
-                asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
-                               asio::detached);
-            asio::co_spawn(f.ctx, run_one(db, b.failing(), errs.back(), done), asio::detached);
-        });
-        for (int i = 0; i < n; ++i)
-            BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == n - 1));
-        batches = db.batches();
-        replays = db.replays();
-        db.stop();
-    }
-    BOOST_TEST(batches == 2u); // the gate's, then all ten together
-    BOOST_TEST(replays == 1u);
+    auto out = run_counted_batch(path, b, b.counted());
+    BOOST_TEST(out.batches == 2u); // the gate's, then all ten together
+    BOOST_TEST(out.replays == 1u);
     // Run bare, rolled back, run again: twice, and its turn is stored once.
     BOOST_TEST(b.runs.load() == 2);
     auto again = make_sqlite_store({path});
@@ -235,26 +240,9 @@ BOOST_AUTO_TEST_CASE(a_call_run_once_is_never_run_again) {
     scratch_dir dir;
     auto path = (dir.root / "baton.db").string();
     counted_batch b;
-    std::uint64_t batches = 0, replays = 0;
-    {
-        io_fixture f;
-        store_runner db(std::shared_ptr<store>(make_sqlite_store({path})));
-        const int n = 10;
-        auto errors = in_one_batch(f.ctx, db, n, [&](auto& errs, auto& done) {
-            asio::co_spawn(f.ctx, run_one(db, once{b.counted()}, errs[0], done), asio::detached);
-            for (int i = 1; i < n - 1; ++i)
-                asio::co_spawn(f.ctx, run_one(db, b.plain(i), errs[static_cast<std::size_t>(i)], done),
-                               asio::detached);
-            asio::co_spawn(f.ctx, run_one(db, b.failing(), errs.back(), done), asio::detached);
-        });
-        for (int i = 0; i < n; ++i)
-            BOOST_TEST(static_cast<bool>(errors[static_cast<std::size_t>(i)]) == (i == n - 1));
-        batches = db.batches();
-        replays = db.replays();
-        db.stop();
-    }
-    BOOST_TEST(batches == 2u);
-    BOOST_TEST(replays == 0u); // its batch ran call by call from the start
+    auto out = run_counted_batch(path, b, once{b.counted()});
+    BOOST_TEST(out.batches == 2u);
+    BOOST_TEST(out.replays == 0u); // its batch ran call by call from the start
     BOOST_TEST(b.runs.load() == 1);
     auto again = make_sqlite_store({path});
     BOOST_TEST(again->unfinished_turns().size() == 9u);

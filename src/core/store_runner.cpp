@@ -78,6 +78,25 @@ std::exception_ptr own_copy(const std::exception_ptr& e) {
         return std::make_exception_ptr(std::runtime_error("store: the batch failed"));
     }
 }
+
+// Runs each call, keeping what each one threw as its own error.
+template <class Jobs> void run_each(Jobs& batch, store& s) {
+    for (auto& j : batch) {
+        try {
+            j.work(s);
+        } catch (...) {
+            *j.error = std::current_exception();
+        }
+    }
+}
+
+// The batch as a whole failed (it could not begin or commit): a call without an error of its own
+// either succeeded or never ran, and neither is stored.
+template <class Jobs> void fail_all(Jobs& batch, const std::exception_ptr& batch_error) {
+    log::error("store: a batch of calls failed", {{"calls", batch.size()}});
+    for (auto& j : batch)
+        if (!*j.error) *j.error = own_copy(batch_error);
+}
 } // namespace
 
 // The fast path: every call bare in one transaction, then the commit. True when the batch is
@@ -92,13 +111,7 @@ bool store_runner::run_optimistic(std::vector<job>& batch) {
     } catch (...) {
         return false; // the careful batch begins again, and reports what fails
     }
-    for (auto& j : batch) {
-        try {
-            j.work(*store_);
-        } catch (...) {
-            *j.error = std::current_exception();
-        }
-    }
+    run_each(batch, *store_);
     std::exception_ptr batch_error;
     try {
         store_->end_batch();
@@ -115,11 +128,7 @@ bool store_runner::run_optimistic(std::vector<job>& batch) {
     } catch (...) {
         batch_error = std::current_exception();
     }
-    if (batch_error) {
-        log::error("store: a batch of calls failed", {{"calls", batch.size()}});
-        for (auto& j : batch)
-            if (!*j.error) *j.error = own_copy(batch_error);
-    }
+    if (batch_error) fail_all(batch, batch_error);
     return true;
 }
 
@@ -139,25 +148,14 @@ void store_runner::run_batch(std::vector<job>& batch) {
         batch_error = std::current_exception();
     }
     if (!batch_error) {
-        for (auto& j : batch) {
-            try {
-                j.work(*store_);
-            } catch (...) {
-                *j.error = std::current_exception();
-            }
-        }
+        run_each(batch, *store_);
         try {
             store_->end_batch();
         } catch (...) {
             batch_error = std::current_exception();
         }
     }
-    if (batch_error) {
-        log::error("store: a batch of calls failed", {{"calls", batch.size()}});
-        // A call without an error of its own either succeeded or never ran: neither is stored.
-        for (auto& j : batch)
-            if (!*j.error) *j.error = own_copy(batch_error);
-    }
+    if (batch_error) fail_all(batch, batch_error);
     for (auto& j : batch)
         j.done();
 }
