@@ -1,5 +1,7 @@
 #include "tests/ws_client.hpp"
 
+#include <chrono>
+
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -104,7 +106,12 @@ std::optional<json::object> ws_client::read() {
 }
 
 json::object ws_client::read_until(const std::function<bool(const json::object&)>& match) {
+    // Each read is bounded by the socket's timeout; frames that keep coming without the one
+    // wanted are bounded here, so that the test fails instead of hanging.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (std::size_t i = 0;; ++i) {
+        BOOST_REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline,
+                              "no matching frame within 60 s (" << seen.size() << " frames seen)");
         if (i == seen.size()) {
             auto f = read();
             BOOST_REQUIRE_MESSAGE(f.has_value(), "the WebSocket ended (close code "
