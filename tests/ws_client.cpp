@@ -1,7 +1,5 @@
 #include "tests/ws_client.hpp"
 
-#include <chrono>
-
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
@@ -10,6 +8,8 @@
 
 #include <sys/socket.h>
 #include <sys/time.h>
+
+#include <chrono>
 
 namespace baton::test {
 
