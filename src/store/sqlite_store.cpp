@@ -181,8 +181,7 @@ public:
           changes_(bare_ ? sqlite3_total_changes64(st.begin.db()) : 0) {
         if (nested_ && batch_.broken)
             throw std::runtime_error("sqlite: the batch's transaction was rolled back");
-        if (bare_ && batch_.tainted)
-            throw std::runtime_error("sqlite: a call of this batch failed; it must be rolled back");
+        if (bare_) refuse_if_tainted();
         // In an optimistic batch a call opens no savepoint: journalling every page it changes
         // for an undo that a failure never needs alone (the whole batch is rolled back and run
         // again) was a tenth of a turn's instructions.
@@ -192,12 +191,6 @@ public:
     transaction& operator=(const transaction&) = delete;
     ~transaction() {
         if (committed_) return;
-        if (bare_) {
-            // Ended without its commit (a throw, or an early return after a read): only a call
-            // that wrote something leaves writes that the batch must not commit.
-            if (sqlite3_total_changes64(st_.begin.db()) != changes_) batch_.tainted = true;
-            return;
-        }
         // SQLite may already have rolled back on its own (e.g. after SQLITE_FULL or an I/O error).
         bool open = !sqlite3_get_autocommit(st_.rollback.db());
         if (!nested_) {
@@ -205,24 +198,34 @@ public:
             return;
         }
         if (!open) {
-            batch_.broken = true; // every earlier call of the batch went with it
+            // Every earlier call of the batch went with it, bare or not; the calls after this
+            // one must not run outside a transaction.
+            batch_.broken = true;
+            return;
+        }
+        if (bare_) {
+            // Ended without its commit (a throw, or an early return after a read): only a call
+            // that wrote something leaves writes that the batch must not commit.
+            if (sqlite3_total_changes64(st_.begin.db()) != changes_) batch_.tainted = true;
             return;
         }
         step_and_reset(st_.rollback_to);
         step_and_reset(st_.release);
     }
     void commit() {
-        if (bare_) {
-            // A nested call that failed and was caught has left its writes in.
-            if (batch_.tainted)
-                throw std::runtime_error("sqlite: a call of this batch failed; it must be rolled back");
-        } else {
+        if (bare_)
+            refuse_if_tainted(); // a nested call that failed and was caught left its writes in
+        else
             query(nested_ ? st_.release : st_.commit).run();
-        }
         committed_ = true;
     }
 
 private:
+    void refuse_if_tainted() const {
+        if (batch_.tainted)
+            throw std::runtime_error("sqlite: a call of this batch failed; it must be rolled back");
+    }
+
     statements& st_;
     batch_state& batch_;
     bool nested_;
@@ -613,16 +616,10 @@ public:
         return n;
     }
 
-    void begin_batch() override {
-        std::lock_guard lock(mutex_);
-        query(st_.begin).run();
-        batch_ = batch_state{true, false, false, false};
-    }
+    void begin_batch() override { begin(false); }
 
     bool begin_optimistic_batch() override {
-        std::lock_guard lock(mutex_);
-        query(st_.begin).run();
-        batch_ = batch_state{true, false, true, false};
+        begin(true);
         return true;
     }
 
@@ -657,6 +654,13 @@ public:
     }
 
 private:
+    // A group commit's transaction; `bare`: its calls open no savepoint each.
+    void begin(bool bare) {
+        std::lock_guard lock(mutex_);
+        query(st_.begin).run();
+        batch_ = batch_state{true, false, bare, false};
+    }
+
     std::recursive_mutex mutex_; // recursive: end_turn makes the other writes inside its own
     batch_state batch_;
     db_ptr db_; // declared before st_: statements are finalised before the connection closes
