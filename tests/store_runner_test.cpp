@@ -16,6 +16,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 
 using namespace baton;
 using namespace baton::test;
@@ -45,22 +46,18 @@ public:
 template <class F> struct once { F f; };
 template <class F> once(F) -> once<F>;
 
+template <class T> struct is_once : std::false_type {};
+template <class F> struct is_once<once<F>> : std::true_type {};
+
+// Runs one call through the runner (run_once for a once{...}), keeping what it threw.
 template <class Call>
 asio::awaitable<void> run_one(store_runner& db, Call call, std::exception_ptr& error,
                               std::atomic<int>& done) {
     try {
-        co_await db.run(std::move(call));
-    } catch (...) {
-        error = std::current_exception();
-    }
-    ++done;
-}
-
-template <class F>
-asio::awaitable<void> run_one(store_runner& db, once<F> call, std::exception_ptr& error,
-                              std::atomic<int>& done) {
-    try {
-        co_await db.run_once(std::move(call.f));
+        if constexpr (is_once<Call>::value)
+            co_await db.run_once(std::move(call.f));
+        else
+            co_await db.run(std::move(call));
     } catch (...) {
         error = std::current_exception();
     }
