@@ -130,7 +130,7 @@ BOOST_AUTO_TEST_CASE(a_replay_with_wait_of_a_turn_still_running_is_202) {
 BOOST_AUTO_TEST_CASE(bad_wait_values_are_400_and_store_nothing) {
     model_daemon d({}, false, {}, patient);
     for (const char* q : {"wait=61", "wait=60.001", "wait=-1", "wait=abc", "wait=", "wait=1.2345",
-                          "wait=.5", "wait=5.", "wait=1e3", "wait=%20"})
+                          "wait=.5", "wait=5.", "wait=1e3", "wait=%20", "wait=1&wait=1"})
         BOOST_TEST_CONTEXT(q) {
             auto msg = check_error(
                 d.request("POST", std::string("/v1/sessions/bad/messages?") + q, message_body("x")), 400,

@@ -24,11 +24,20 @@ BOOST_AUTO_TEST_CASE(routes_and_parameters) {
     BOOST_TEST(!query_param_int(m.query, "other").value);
     BOOST_TEST(!query_param_int("after=-1", "after").error.empty());
     BOOST_TEST(!query_param_int("after=1x", "after").error.empty());
-    // A repeated parameter: the last one counts, and a bad one is an error without a value.
-    BOOST_TEST(*query_param_int("limit=2&limit=5", "limit").value == 5);
-    auto bad = query_param_int("limit=23&limit=10z", "limit");
-    BOOST_TEST(!bad.error.empty());
-    BOOST_TEST(!bad.value);
+    // A repeated parameter is an error without a value, whatever the values (even equal ones).
+    for (const char* q : {"limit=2&limit=5", "limit=23&limit=10z", "limit=2&after=1&limit=2"}) {
+        auto twice = query_param_int(q, "limit");
+        BOOST_TEST(twice.error == "limit: given more than once");
+        BOOST_TEST(!twice.value);
+    }
+    BOOST_TEST(*query_param_int("limit=2&after=1", "after").value == 1);
+    BOOST_TEST(!query_param_wait("wait=1&wait=99").value);
+    BOOST_TEST(query_param_wait("wait=1&wait=99").error == "wait: given more than once");
+    BOOST_TEST(query_param("status=failed&status=pending", "status").error ==
+               "status: given more than once");
+    BOOST_TEST(*query_param("status=failed", "status").value == "failed");
+    BOOST_TEST(!query_param("a=1", "status").value);
+    BOOST_TEST(query_param("a=1", "status").error.empty());
     BOOST_TEST((match_route("GET", "/healthz").id == route_id::healthz));
     BOOST_TEST((match_route("GET", "/v1/turns/t_x/").id == route_id::get_turn));
 }

@@ -472,14 +472,16 @@ asio::awaitable<reply> api::get_tape(const std::string& sid, std::string_view qu
 
 asio::awaitable<reply> api::list_outbox(std::string_view query) {
     store::outbox_filter f;
-    if (auto status = query_param(query, "status")) {
-        if (*status == "pending")
+    auto status = query_param(query, "status");
+    if (!status.error.empty()) co_return error_reply(errc::invalid_request, status.error);
+    if (status.value) {
+        if (*status.value == "pending")
             f.statuses = {outbox_status::pending, outbox_status::sending};
-        else if (*status == "uncertain")
+        else if (*status.value == "uncertain")
             f.uncertain_only = true;
-        else if (*status == "failed")
+        else if (*status.value == "failed")
             f.statuses = {outbox_status::failed};
-        else if (*status == "delivered")
+        else if (*status.value == "delivered")
             f.statuses = {outbox_status::delivered};
         else
             co_return error_reply(errc::invalid_request,
@@ -491,10 +493,12 @@ asio::awaitable<reply> api::list_outbox(std::string_view query) {
     if (lim < 1 || lim > 10000) co_return error_reply(errc::invalid_request, "limit: expected 1..10000");
     f.limit = static_cast<std::size_t>(lim);
     // The admin's listing: every tenant's items, or one tenant's.
-    if (auto tenant = query_param(query, "tenant")) {
-        if (!valid_tenant_name(*tenant))
+    auto tenant = query_param(query, "tenant");
+    if (!tenant.error.empty()) co_return error_reply(errc::invalid_request, tenant.error);
+    if (const auto& name = tenant.value) {
+        if (!valid_tenant_name(*name))
             co_return error_reply(errc::invalid_request, "tenant: 1-64 characters of A-Z a-z 0-9 . _ -");
-        f.tenant = *tenant;
+        f.tenant = *name;
     }
     auto items = co_await rt_.list_outbox(std::move(f));
     json::array list;

@@ -97,16 +97,8 @@ route_match match_route(std::string_view method, std::string_view target) {
     return m;
 }
 
-std::optional<std::string> query_param(std::string_view query, std::string_view name) {
-    auto parsed = boost::urls::parse_query(query);
-    if (!parsed) return std::nullopt;
-    for (auto param : *parsed)
-        if (param.key == name) return std::string(param.value);
-    return std::nullopt;
-}
-
-query_int query_param_int(std::string_view query, std::string_view name) {
-    query_int r;
+query_text query_param(std::string_view query, std::string_view name) {
+    query_text r;
     auto parsed = boost::urls::parse_query(query);
     if (!parsed) {
         r.error = "malformed query string";
@@ -114,26 +106,42 @@ query_int query_param_int(std::string_view query, std::string_view name) {
     }
     for (auto param : *parsed) {
         if (param.key != name) continue;
-        std::string_view v = param.value;
-        std::int64_t n = 0;
-        auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
-        if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < 0) {
-            r.value.reset(); // a repeated parameter may have set one
-            r.error = std::string(name) + ": expected a non-negative integer";
+        if (r.value) {
+            // Which of two values was meant is a guess; the client is told instead.
+            r.value.reset();
+            r.error = std::string(name) + ": given more than once";
             return r;
         }
-        r.value = n;
+        r.value = std::string(param.value);
     }
+    return r;
+}
+
+query_int query_param_int(std::string_view query, std::string_view name) {
+    query_int r;
+    auto text = query_param(query, name);
+    if (!text.value) {
+        r.error = std::move(text.error);
+        return r;
+    }
+    std::string_view v = *text.value;
+    std::int64_t n = 0;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (v.empty() || ec != std::errc{} || end != v.data() + v.size() || n < 0)
+        r.error = std::string(name) + ": expected a non-negative integer";
+    else
+        r.value = n;
     return r;
 }
 
 query_wait query_param_wait(std::string_view query) {
     query_wait r;
-    auto v = query_param(query, "wait");
-    if (!v) {
-        if (!boost::urls::parse_query(query)) r.error = "malformed query string";
+    auto text = query_param(query, "wait");
+    if (!text.value) {
+        r.error = std::move(text.error);
         return r;
     }
+    const auto* v = &*text.value;
     // Whole seconds, then up to three decimals: milliseconds, without floating point.
     std::int64_t ms = 0;
     std::size_t i = 0, digits = 0, decimals = 0;

@@ -40,20 +40,26 @@ struct route_match {
 
 route_match match_route(std::string_view method, std::string_view target);
 
-// Reads an unsigned integer query parameter; nullopt when absent, error text when malformed.
+// Query parameters. Each reader gives nullopt when the parameter is absent and error text when
+// the query is malformed, the value is, or the parameter is given more than once (docs/api.md).
+//
+// An unsigned integer.
 struct query_int {
     std::optional<std::int64_t> value;
     std::string error;
 };
 query_int query_param_int(std::string_view query, std::string_view name);
-// `?wait=S` (docs/api.md): seconds, a decimal number from 0 to 60 with at most 3 decimals;
-// nullopt when absent, error text when malformed or out of range.
+// `?wait=S` (docs/api.md): seconds, a decimal number from 0 to 60 with at most 3 decimals.
 struct query_wait {
     std::optional<std::chrono::milliseconds> value;
     std::string error;
 };
 query_wait query_param_wait(std::string_view query);
-// A query parameter's decoded value; nullopt when absent (or the query is malformed).
-std::optional<std::string> query_param(std::string_view query, std::string_view name);
+// Text: the decoded value.
+struct query_text {
+    std::optional<std::string> value;
+    std::string error;
+};
+query_text query_param(std::string_view query, std::string_view name);
 
 } // namespace baton::http

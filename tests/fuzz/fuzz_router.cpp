@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         auto q = baton::http::query_param_int(m.query, name);
         if (q.value && !q.error.empty()) std::abort();
         if (q.value && *q.value < 0) std::abort();
-        (void)baton::http::query_param(m.query, name);
+        auto t = baton::http::query_param(m.query, name);
+        if (t.value && !t.error.empty()) std::abort();
     }
     return 0;
 }
