@@ -323,6 +323,29 @@ BOOST_FIXTURE_TEST_CASE(unknown_field_is_400, daemon_fixture) {
     BOOST_TEST(message.find("colour") != std::string::npos, message);
 }
 
+BOOST_FIXTURE_TEST_CASE(duplicate_keys_are_400_naming_the_key_and_store_nothing, daemon_fixture) {
+    // The ninth and later keys of an object are checked too (another code path of the check).
+    std::string many = R"({"text": "hi", "metadata": {)";
+    for (int i = 0; i < 20; ++i)
+        many += "\"k" + std::to_string(i) + "\": " + std::to_string(i) + ",";
+    many += R"("k3": 0}})";
+    const std::vector<std::pair<std::string, std::string>> cases{
+        {R"({"text": "one", "text": "two"})", "text: duplicate key"},
+        {R"({"text": "hi", "metadata": {"a": 1, "b": {"c": 1, "c": 2}}})", "metadata.b.c: duplicate key"},
+        {R"({"text": "hi", "deliver": {"channel": "webhook", "channel": "x"}})",
+         "deliver.channel: duplicate key"},
+        {many, "metadata.k3: duplicate key"},
+    };
+    for (const auto& [body, expected] : cases)
+        BOOST_TEST_CONTEXT(body) {
+            BOOST_TEST(check_error(request("POST", post_target, body), 400, "invalid_request") == expected);
+        }
+    check_error(request("GET", "/v1/sessions/s1"), 404, "not_found");
+    // The same key in two objects is no duplicate.
+    BOOST_TEST(request("POST", post_target, R"({"text": "hi", "metadata": {"text": {"text": 1}}})").status ==
+               202u);
+}
+
 BOOST_FIXTURE_TEST_CASE(invalid_session_id_is_400, daemon_fixture) {
     const std::string too_long(129, 'a');
     for (const std::string& sid : {too_long, std::string("a%20b"), std::string("caf%C3%A9")})

@@ -107,6 +107,9 @@ BOOST_AUTO_TEST_CASE(message_bodies) {
     BOOST_TEST(err(R"({"text":"a","metadata":[]})").message == "metadata: expected object");
     BOOST_TEST(err(R"({"text":"a","deliver":{"to":"x"}})").message == "deliver.channel: required");
     BOOST_TEST(err(R"({"text":"a","color":"red"})").message == "color: unknown field");
+    BOOST_TEST(err(R"({"text":"a","text":"a"})").message == "text: duplicate key");
+    BOOST_TEST(err(R"({"text":"a","metadata":{"x y":[{"k":1,"k":2}]}})").message ==
+               R"(metadata["x y"][0].k: duplicate key)");
 }
 
 BOOST_AUTO_TEST_CASE(utf8_validation) {

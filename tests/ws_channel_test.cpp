@@ -220,6 +220,16 @@ BOOST_AUTO_TEST_CASE(bad_frames_get_an_error_frame_and_the_connection_stays_usab
     auto numeric = ws->read_until(frame_type("error"));
     BOOST_TEST(error_code_of(numeric) == "invalid_request");
     BOOST_TEST(numeric.at("id").is_null());
+    // A key given twice: refused, naming it; the id is echoed unless it is the key given twice.
+    ws->send_text(R"({"type":"message","id":"d-1","session":"w4","text":"a","text":"b"})");
+    auto dup = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(dup) == "invalid_request");
+    BOOST_TEST(string_at(dup, "id") == "d-1");
+    BOOST_TEST(string_at(dup, "message") == "text: duplicate key");
+    ws->send_text(R"({"type":"ping","id":"d-2","id":"d-3"})");
+    auto dup_id = ws->read_until(frame_type("error"));
+    BOOST_TEST(string_at(dup_id, "message") == "id: duplicate key");
+    BOOST_TEST(dup_id.at("id").is_null());
     // A message takes no deliver or metadata: refused, not silently dropped, and not stored.
     for (const char* field : {"deliver", "metadata"}) {
         auto m = message("w4", "hi", "m-x");

@@ -1,6 +1,8 @@
 // Validation of `POST /v1/sessions/{sid}/messages` bodies: every rejection names the field.
 #include "channels/http/api.hpp"
 
+#include <baton/json_text.hpp>
+
 namespace baton::http {
 
 bool valid_utf8(std::string_view s) {
@@ -43,6 +45,9 @@ std::optional<api_error> parse_message_body(std::string_view body, accept_reques
     if (ec) return api_error{errc::invalid_json, "the body is not valid JSON: " + ec.message()};
     auto* obj = doc.if_object();
     if (!obj) return api_error{errc::invalid_request, "the body must be a JSON object"};
+    // json::parse kept the last of a key given twice; which one the client meant is a guess.
+    if (auto dup = first_duplicate_key(body))
+        return api_error{errc::invalid_request, *dup + ": duplicate key"};
 
     for (auto& kv : *obj) {
         std::string_view key = kv.key();

@@ -1,6 +1,7 @@
 // The only translation unit of the WebSocket channel that includes Beast's websocket.
 #include "channels/ws/session.hpp"
 
+#include <baton/json_text.hpp>
 #include <baton/log.hpp>
 
 #include <boost/asio/as_tuple.hpp>
@@ -208,6 +209,12 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
         co_return;
     }
     const auto& f = v.get_object();
+    if (auto dup = first_duplicate_key(text)) {
+        // Which of two values was meant is a guess; an id given twice is not echoed.
+        send(error_frame(*dup == "id" ? "" : string_field(f, "id"), "invalid_request",
+                         *dup + ": duplicate key"));
+        co_return;
+    }
     if (auto* given = f.if_contains("id"); given && !given->is_string()) {
         // Answered with "id": null: only a string can be echoed back as it came.
         send(error_frame("", "invalid_request", "id: expected a string"));

@@ -8,6 +8,8 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,5 +28,18 @@ void append_json(std::string& out, const json::array& a);
 
 std::string json_text(const json::value& v);
 std::string json_text(const json::object& o);
+
+// JSON paths as errors name them: `parent.key`, or `parent["odd key"]` when the key is not
+// [A-Za-z0-9_-]+; `parent[3]` for an array's element.
+std::string json_child_path(std::string_view parent, std::string_view key);
+std::string json_index_path(std::string_view parent, std::size_t index);
+
+// Calls `found` with the path of every member whose key its object already had, in document order
+// (json::parse keeps the last one silently). Reads `text` without building values; stops
+// quietly at a syntax error, which json::parse reports. Returns how many it found.
+std::size_t for_each_duplicate_key(std::string_view text,
+                                   const std::function<void(const std::string& path)>& found);
+// The first of them, if any: what a request's validation reports (`text: duplicate key`).
+std::optional<std::string> first_duplicate_key(std::string_view text);
 
 } // namespace baton

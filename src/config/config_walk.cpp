@@ -1,96 +1,16 @@
 #include "src/config/config_walk.hpp"
 
-#include <boost/json/basic_parser_impl.hpp>
+#include <baton/types.hpp>
 
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <set>
 
 namespace baton::detail {
 
 namespace json = boost::json;
 
 namespace {
-
-bool is_plain_key(std::string_view key) {
-    return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-               c == '-';
-    });
-}
-
-// A SAX handler that builds nothing: it only tracks the current path to report duplicate keys,
-// which json::parse would silently resolve to the last value.
-class duplicate_key_finder {
-public:
-    static constexpr std::size_t max_object_size = std::size_t(-1);
-    static constexpr std::size_t max_array_size = std::size_t(-1);
-    static constexpr std::size_t max_key_size = std::size_t(-1);
-    static constexpr std::size_t max_string_size = std::size_t(-1);
-
-    explicit duplicate_key_finder(config_errors& errors) : errors_(errors) {}
-
-    bool on_document_begin(json::error_code&) { return true; }
-    bool on_document_end(json::error_code&) { return true; }
-    bool on_array_begin(json::error_code&) { return begin(false); }
-    bool on_array_end(std::size_t, json::error_code&) { return end(); }
-    bool on_object_begin(json::error_code&) { return begin(true); }
-    bool on_object_end(std::size_t, json::error_code&) { return end(); }
-    bool on_string_part(json::string_view, std::size_t, json::error_code&) { return true; }
-    bool on_string(json::string_view, std::size_t, json::error_code&) { return scalar(); }
-    bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
-        key_.append(s.data(), s.size());
-        return true;
-    }
-    bool on_key(json::string_view s, std::size_t, json::error_code&) {
-        key_.append(s.data(), s.size());
-        frame& f = stack_.back();
-        f.key = std::move(key_);
-        key_.clear();
-        if (!f.keys.insert(f.key).second) errors_.push_back({path(), "duplicate key"});
-        return true;
-    }
-    bool on_number_part(json::string_view, json::error_code&) { return true; }
-    bool on_int64(std::int64_t, json::string_view, json::error_code&) { return scalar(); }
-    bool on_uint64(std::uint64_t, json::string_view, json::error_code&) { return scalar(); }
-    bool on_double(double, json::string_view, json::error_code&) { return scalar(); }
-    bool on_bool(bool, json::error_code&) { return scalar(); }
-    bool on_null(json::error_code&) { return scalar(); }
-    bool on_comment_part(json::string_view, json::error_code&) { return true; }
-    bool on_comment(json::string_view, json::error_code&) { return true; }
-
-private:
-    struct frame {
-        bool is_object = false;
-        std::set<std::string, std::less<>> keys;
-        std::string key;       // current member of an object
-        std::size_t index = 0; // current element of an array
-    };
-
-    std::string path() const {
-        std::string p;
-        for (const frame& f : stack_)
-            p = f.is_object ? child_path(p, f.key) : index_path(p, f.index);
-        return p;
-    }
-    bool begin(bool is_object) {
-        stack_.push_back(frame{is_object, {}, {}, 0});
-        return true;
-    }
-    bool end() {
-        stack_.pop_back();
-        return scalar();
-    }
-    bool scalar() {
-        if (!stack_.empty() && !stack_.back().is_object) ++stack_.back().index;
-        return true;
-    }
-
-    config_errors& errors_;
-    std::vector<frame> stack_;
-    std::string key_;
-};
 
 std::string line_column(std::string_view text, std::size_t offset) {
     offset = std::min(offset, text.size());
@@ -109,33 +29,19 @@ std::string line_column(std::string_view text, std::size_t offset) {
 
 } // namespace
 
-std::string child_path(std::string_view parent, std::string_view key) {
-    std::string p(parent);
-    if (is_plain_key(key)) {
-        if (!p.empty()) p += '.';
-        p += key;
-    } else {
-        p += '[';
-        p += json::serialize(json::string_view(key.data(), key.size()));
-        p += ']';
-    }
-    return p;
-}
-
-std::string index_path(std::string_view parent, std::size_t index) {
-    return std::string(parent) + "[" + std::to_string(index) + "]";
-}
-
 json::value parse_json_strict(std::string_view text, config_errors& errors) {
-    json::basic_parser<duplicate_key_finder> checker(json::parse_options{}, errors);
+    json::parser p;
     json::error_code ec;
-    std::size_t used = checker.write_some(false, text.data(), text.size(), ec);
+    std::size_t used = p.write_some(text.data(), text.size(), ec);
     if (!ec && used < text.size()) ec = json::error::extra_data;
     if (ec) {
         errors.push_back({"", "invalid JSON at " + line_column(text, used) + ": " + ec.message()});
         return nullptr;
     }
-    return json::parse(json::string_view(text.data(), text.size()));
+    for_each_duplicate_key(text, [&](const std::string& path) {
+        errors.push_back({path, "duplicate key"});
+    });
+    return p.release();
 }
 
 bool read_string(config_errors& errors, const json::value& v, const std::string& path,
@@ -338,10 +244,6 @@ bool is_loopback_listen(std::string_view s) {
     return host == "localhost" || host == "[::1]" || host.starts_with("127.");
 }
 
-bool is_session_id(std::string_view s) {
-    return !s.empty() && s.size() <= 128 && std::all_of(s.begin(), s.end(), [](char c) {
-        return is_plain_key(std::string_view(&c, 1)) || c == '.' || c == ':' || c == '@';
-    });
-}
+bool is_session_id(std::string_view s) { return valid_session_id(s); }
 
 } // namespace baton::detail

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <baton/config.hpp>
+#include <baton/json_text.hpp>
 
 #include <boost/json.hpp>
 
@@ -18,9 +19,13 @@ namespace baton::detail {
 
 using config_errors = std::vector<config_error>;
 
-// `parent.key`, or `parent["odd key"]` when the key is not [A-Za-z0-9_-]+.
-std::string child_path(std::string_view parent, std::string_view key);
-std::string index_path(std::string_view parent, std::size_t index);
+// `parent.key`, or `parent["odd key"]` when the key is not [A-Za-z0-9_-]+ (baton/json_text.hpp).
+inline std::string child_path(std::string_view parent, std::string_view key) {
+    return json_child_path(parent, key);
+}
+inline std::string index_path(std::string_view parent, std::size_t index) {
+    return json_index_path(parent, index);
+}
 
 // Parses JSON text; syntax errors (with line and column) and duplicate keys go to `errors`.
 // Returns null when the text is not valid JSON.

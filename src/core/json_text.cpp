@@ -1,12 +1,15 @@
 #include <baton/json_text.hpp>
 
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-
+#include <set>
+#include <vector>
 
 namespace baton {
 
@@ -182,6 +185,152 @@ std::string json_text(const json::object& o) {
     out.reserve(text_size(o));
     append_json(out, o);
     return out;
+}
+
+} // namespace baton
+
+namespace baton {
+
+namespace {
+bool is_plain_key(std::string_view key) {
+    return !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+               c == '-';
+    });
+}
+
+// The keys an object has had so far: a short list (most objects), a tree past it (no quadratic
+// scan of a hostile object's thousands of keys).
+class key_set {
+public:
+    bool insert(std::string key) { // false: already there
+        if (many_.empty()) {
+            if (std::find(few_.begin(), few_.end(), key) != few_.end()) return false;
+            if (few_.size() < 8) {
+                few_.push_back(std::move(key));
+                return true;
+            }
+            for (auto& k : few_)
+                many_.insert(std::move(k));
+            few_.clear();
+        }
+        return many_.insert(std::move(key)).second;
+    }
+
+private:
+    std::vector<std::string> few_;
+    std::set<std::string, std::less<>> many_;
+};
+
+// A SAX handler that builds nothing: it tracks the current path and reports keys seen twice.
+class duplicate_key_finder {
+public:
+    static constexpr std::size_t max_object_size = std::size_t(-1);
+    static constexpr std::size_t max_array_size = std::size_t(-1);
+    static constexpr std::size_t max_key_size = std::size_t(-1);
+    static constexpr std::size_t max_string_size = std::size_t(-1);
+
+    explicit duplicate_key_finder(const std::function<void(const std::string&)>& found)
+        : found_(found) {}
+
+    std::size_t count = 0;
+
+    bool on_document_begin(json::error_code&) { return true; }
+    bool on_document_end(json::error_code&) { return true; }
+    bool on_array_begin(json::error_code&) { return begin(false); }
+    bool on_array_end(std::size_t, json::error_code&) { return end(); }
+    bool on_object_begin(json::error_code&) { return begin(true); }
+    bool on_object_end(std::size_t, json::error_code&) { return end(); }
+    bool on_string_part(json::string_view, std::size_t, json::error_code&) { return true; }
+    bool on_string(json::string_view, std::size_t, json::error_code&) { return scalar(); }
+    bool on_key_part(json::string_view s, std::size_t, json::error_code&) {
+        key_.append(s.data(), s.size());
+        return true;
+    }
+    bool on_key(json::string_view s, std::size_t, json::error_code&) {
+        key_.append(s.data(), s.size());
+        frame& f = stack_.back();
+        f.key = key_;
+        if (!f.keys.insert(std::move(key_))) {
+            ++count;
+            found_(path());
+        }
+        key_.clear();
+        return true;
+    }
+    bool on_number_part(json::string_view, json::error_code&) { return true; }
+    bool on_int64(std::int64_t, json::string_view, json::error_code&) { return scalar(); }
+    bool on_uint64(std::uint64_t, json::string_view, json::error_code&) { return scalar(); }
+    bool on_double(double, json::string_view, json::error_code&) { return scalar(); }
+    bool on_bool(bool, json::error_code&) { return scalar(); }
+    bool on_null(json::error_code&) { return scalar(); }
+    bool on_comment_part(json::string_view, json::error_code&) { return true; }
+    bool on_comment(json::string_view, json::error_code&) { return true; }
+
+private:
+    struct frame {
+        bool is_object = false;
+        key_set keys;
+        std::string key;       // current member of an object
+        std::size_t index = 0; // current element of an array
+    };
+
+    std::string path() const {
+        std::string p;
+        for (const frame& f : stack_)
+            p = f.is_object ? json_child_path(p, f.key) : json_index_path(p, f.index);
+        return p;
+    }
+    bool begin(bool is_object) {
+        stack_.push_back(frame{is_object, {}, {}, 0});
+        return true;
+    }
+    bool end() {
+        stack_.pop_back();
+        return scalar();
+    }
+    bool scalar() {
+        if (!stack_.empty() && !stack_.back().is_object) ++stack_.back().index;
+        return true;
+    }
+
+    const std::function<void(const std::string&)>& found_;
+    std::vector<frame> stack_;
+    std::string key_;
+};
+} // namespace
+
+std::string json_child_path(std::string_view parent, std::string_view key) {
+    std::string p(parent);
+    if (is_plain_key(key)) {
+        if (!p.empty()) p += '.';
+        p += key;
+    } else {
+        p += '[';
+        append_json_string(p, key);
+        p += ']';
+    }
+    return p;
+}
+
+std::string json_index_path(std::string_view parent, std::size_t index) {
+    return std::string(parent) + "[" + std::to_string(index) + "]";
+}
+
+std::size_t for_each_duplicate_key(std::string_view text,
+                                   const std::function<void(const std::string& path)>& found) {
+    json::basic_parser<duplicate_key_finder> p(json::parse_options{}, found);
+    json::error_code ec;
+    p.write_some(false, text.data(), text.size(), ec);
+    return p.handler().count;
+}
+
+std::optional<std::string> first_duplicate_key(std::string_view text) {
+    std::optional<std::string> first;
+    for_each_duplicate_key(text, [&](const std::string& path) {
+        if (!first) first = path;
+    });
+    return first;
 }
 
 } // namespace baton
