@@ -155,6 +155,9 @@ struct connection {
     asio::any_io_executor strand; // every operation on this connection runs here
     std::optional<beast::tcp_stream> plain;
     std::optional<beast::ssl_stream<beast::tcp_stream>> tls;
+    // Beast reads at most what the buffer holds free, and never less than 512 bytes: a new one's
+    // 512 made three reads (three system calls) of a short model reply. Sized in connect().
+    static constexpr std::size_t read_size = 16384;
     beast::flat_buffer buffer;
     // Bounds an exchange (see exchange_deadline); on the strand, made with the stream.
     std::optional<asio::steady_timer> timer;
@@ -425,6 +428,7 @@ http_client::impl::open(std::shared_ptr<impl> self, const target& t, asio::any_i
 
     auto c = std::make_unique<connection>();
     c->strand = strand;
+    c->buffer.reserve(connection::read_size);
     if (t.tls)
         c->tls.emplace(strand, *tls_ctx);
     else
