@@ -1,4 +1,5 @@
 #include <baton/config.hpp>
+#include <baton/types.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -270,6 +271,13 @@ BOOST_AUTO_TEST_CASE(server_listen_and_tokens) {
             errors_of(std::string(R"({"server": {"listen": ")") + bad + "\"}}") ==
                 "server.listen: expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)",
             bad);
+    // Loopback: what may be listened on without tokens (and without the config's warning).
+    for (const char* lo :
+         {"127.0.0.1:0", "127.1.2.3:80", "[::1]:0", "localhost:1", "[::ffff:127.0.0.1]:0"})
+        BOOST_TEST(baton::loopback_listen_address(lo), lo);
+    for (const char* remote : {"0.0.0.0:80", "[::]:80", "[::ffff:10.0.0.1]:80", "10.0.0.1:80", "foo",
+                               "127.0.0.1:99999", "[::1]"})
+        BOOST_TEST(!baton::loopback_listen_address(remote), remote);
     BOOST_TEST(errors_of(R"({"server": {"tokens": [{"sha256": "abc", "tenant": "t"}]}})") ==
                "server.tokens[0].sha256: expected 64 hex characters");
     std::string hash(64, 'a');

@@ -432,6 +432,17 @@ BOOST_AUTO_TEST_CASE(serve_refuses_an_invalid_config) {
     BOOST_TEST(r.output.find("listening on") == std::string::npos, r.output);
 }
 
+BOOST_AUTO_TEST_CASE(serve_refuses_a_malformed_listen_address_as_such) {
+    scratch_dir dir;
+    // Without tokens too: the refusal of a remote address is not what a malformed one gets.
+    for (const char* bad : {"foo", "127.0.0.1:http", "example.com:80"}) {
+        auto r = run_baton({"serve", "--listen", bad, "--data", (dir.root / "data").string()});
+        BOOST_TEST(r.exit_code == 2, r.output);
+        BOOST_TEST(r.output.find("--listen: expected IP:PORT") != std::string::npos, r.output);
+        BOOST_TEST(r.output.find("refusing") == std::string::npos, r.output);
+    }
+}
+
 BOOST_AUTO_TEST_CASE(version_exits_0) {
     auto r = run_baton({"--version"});
     BOOST_TEST(r.exit_code == 0, r.output);

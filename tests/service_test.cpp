@@ -167,6 +167,19 @@ BOOST_FIXTURE_TEST_CASE(failures_come_as_baton_errc_with_diagnostics, service_fi
         }
         BOOST_TEST(diag.message().find("unknown provider nonesuch") != std::string::npos);
     }
+    {
+        // A malformed listen address is named as such, not refused as a remote one.
+        auto o = memory_options();
+        o.http = true;
+        o.config.server.listen = "not an address";
+        service broken(io.get_executor(), o);
+        diagnostics diag;
+        std::promise<error_code> refused;
+        broken.async_start(diag, [&](error_code ec) { refused.set_value(ec); });
+        auto rf = refused.get_future();
+        BOOST_TEST((get(rf) == errc::invalid_config));
+        BOOST_TEST(diag.message().starts_with("server.listen: expected IP:PORT"), diag.message());
+    }
     service svc(io.get_executor(), memory_options());
     auto started = svc.async_start(asio::use_future);
     get(started);

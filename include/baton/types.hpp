@@ -162,6 +162,12 @@ std::string sha256_hex(std::string_view data);
 
 // 1-128 characters of [A-Za-z0-9._:@-] (docs/api.md "Ids").
 bool valid_session_id(std::string_view sid);
+// A listen address as `server.listen` and `--listen` take it: IPv4:PORT, [IPv6]:PORT or
+// localhost:PORT, port 0-65535 (an address, not a name: `serve` would refuse a name at start).
+bool valid_listen_address(std::string_view listen);
+// One of them on a loopback address: 127.0.0.0/8, [::1], localhost, or 127.x as [::ffff:127.x].
+bool loopback_listen_address(std::string_view listen);
+
 // Turn ids are made here: "t_" + 26 characters of a time-ordered, URL-safe alphabet.
 std::string make_turn_id();
 bool plausible_turn_id(std::string_view tid);

@@ -118,9 +118,16 @@ int serve(const std::vector<std::string>& args) {
         if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", serve_help);
         if (name == "--config")
             opts.config_file = value;
-        else if (name == "--listen")
+        else if (name == "--listen") {
+            // Checked as server.listen is: the refusal of a non-loopback address without tokens
+            // must not be the first thing said about a malformed one.
+            if (!baton::valid_listen_address(value))
+                return usage_error("--listen: expected IP:PORT (an IPv4 address, [IPv6] or localhost; "
+                                   "port 0..65535), not " +
+                                       value,
+                                   serve_help);
             opts.listen = value;
-        else if (name == "--data")
+        } else if (name == "--data")
             opts.data_dir = value;
         else if (name == "--threads") {
             try {

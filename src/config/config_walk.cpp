@@ -2,8 +2,6 @@
 
 #include <baton/types.hpp>
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 
 namespace baton::detail {
@@ -217,31 +215,11 @@ bool is_http_url(std::string_view s) {
 }
 
 bool is_listen_address(std::string_view s) {
-    std::size_t colon = s.rfind(':');
-    if (colon == std::string_view::npos || colon == 0) return false;
-    std::string_view host = s.substr(0, colon);
-    std::string_view port = s.substr(colon + 1);
-    bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
-    if (!bracketed &&
-        (host.find(':') != std::string_view::npos || host.find_first_of("[] ") != host.npos))
-        return false;
-    if (port.empty() || port.size() > 5) return false;
-    if (!std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
-        return false;
-    if (std::stoi(std::string(port)) > 65535) return false;
-    // The daemon listens on an address, not a name (it would refuse at start what passed here).
-    if (host == "localhost") return true;
-    unsigned char addr[16];
-    if (bracketed)
-        return inet_pton(AF_INET6, std::string(host.substr(1, host.size() - 2)).c_str(), addr) == 1;
-    return inet_pton(AF_INET, std::string(host).c_str(), addr) == 1;
+    return valid_listen_address(s);
 }
 
 bool is_loopback_listen(std::string_view s) {
-    std::size_t colon = s.rfind(':');
-    if (colon == std::string_view::npos) return false;
-    std::string_view host = s.substr(0, colon);
-    return host == "localhost" || host == "[::1]" || host.starts_with("127.");
+    return loopback_listen_address(s);
 }
 
 bool is_session_id(std::string_view s) { return valid_session_id(s); }

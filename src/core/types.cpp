@@ -3,11 +3,16 @@
 
 #include <boost/json/parse.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <random>
 
 namespace baton {
@@ -229,6 +234,45 @@ std::string make_turn_id() {
         id[20 + i] = id_alphabet[(r2 >> (i * 5)) & 31];
     }
     return std::string(id, sizeof id);
+}
+
+namespace {
+// The host of HOST:PORT without the brackets of an IPv6 address; nullopt when malformed.
+std::optional<std::string_view> listen_host(std::string_view s) {
+    std::size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+    std::string_view host = s.substr(0, colon), port = s.substr(colon + 1);
+    if (port.empty() || port.size() > 5 ||
+        !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoi(std::string(port)) > 65535)
+        return std::nullopt;
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+        unsigned char addr[16];
+        if (inet_pton(AF_INET6, std::string(host).c_str(), addr) != 1) return std::nullopt;
+        return host;
+    }
+    if (host == "localhost") return host;
+    unsigned char addr[4];
+    if (inet_pton(AF_INET, std::string(host).c_str(), addr) != 1) return std::nullopt;
+    return host;
+}
+} // namespace
+
+bool valid_listen_address(std::string_view listen) {
+    return listen_host(listen).has_value();
+}
+
+bool loopback_listen_address(std::string_view listen) {
+    auto host = listen_host(listen);
+    if (!host) return false;
+    if (*host == "localhost") return true;
+    if (host->find(':') == std::string_view::npos) return host->starts_with("127.");
+    in6_addr a{};
+    inet_pton(AF_INET6, std::string(*host).c_str(), &a);
+    if (IN6_IS_ADDR_LOOPBACK(&a)) return true;
+    // ::ffff:127.x.y.z, the IPv4 loopback as an IPv6 socket sees it.
+    return IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127;
 }
 
 bool plausible_turn_id(std::string_view tid) {

@@ -69,15 +69,6 @@ template <class T> outcome<T> failure(errc e, std::string message, diagnostics* 
     return {make_error_code(e), {}};
 }
 
-bool loopback_listen(const std::string& listen) {
-    auto colon = listen.rfind(':');
-    std::string host = listen.substr(0, colon == std::string::npos ? listen.size() : colon);
-    if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-    if (host == "localhost") return true;
-    error_code ec;
-    auto a = asio::ip::make_address(host, ec);
-    return !ec && a.is_loopback();
-}
 } // namespace
 
 struct service::impl : channel_host {
@@ -213,8 +204,14 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     // model client the config cannot make: invalid_config.
     if (!i.init_error.empty()) co_return failure<nothing>(i.init_errc, i.init_error, diag);
     const auto& cfg = i.opts.config;
+    if (i.opts.http && !valid_listen_address(cfg.server.listen))
+        co_return failure<nothing>(errc::invalid_config,
+                                   "server.listen: expected IP:PORT (an IPv4 address, [IPv6] or "
+                                   "localhost; port 0..65535), not " +
+                                       cfg.server.listen,
+                                   diag);
     // With tokens every /v1 call is authenticated: any address may be listened on.
-    if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen(cfg.server.listen) &&
+    if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen_address(cfg.server.listen) &&
         !i.opts.allow_unauthenticated_remote)
         co_return failure<nothing>(errc::invalid_config,
                                    "refusing to listen on " + cfg.server.listen +
