@@ -602,6 +602,9 @@ BOOST_AUTO_TEST_CASE(an_address_over_its_cap_gets_503_until_a_token_is_shown) {
     BOOST_TEST(refused.json.at("error").at("message").as_string() ==
                "too many connections from this address");
     BOOST_TEST(refused.header("Retry-After").value_or("") == "1");
+    // Headers every answer has (docs/api.md), this one too.
+    BOOST_TEST(refused.header("Cache-Control").value_or("") == "no-store");
+    BOOST_TEST(refused.header("Server").value_or("") == "baton");
     // A wrong token does not free a place; a valid one does, at once.
     BOOST_TEST(anonymous.request("GET", "/v1/usage", {}, bearer(a.token + "x")).status == 401u);
     BOOST_TEST(f.connect().request("GET", "/healthz").status == 503u);

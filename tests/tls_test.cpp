@@ -223,6 +223,32 @@ BOOST_AUTO_TEST_CASE(files_without_a_certificate_or_key_are_a_config_error) {
     BOOST_TEST(mismatch.output.find("mismatch") != std::string::npos, mismatch.output);
     // Nothing was listening meanwhile.
     BOOST_TEST(mismatch.output.find("listening on") == std::string::npos, mismatch.output);
+    // A key under a passphrase: refused at once, no passphrase asked for (the daemon would wait
+    // on a terminal for ever).
+    const auto enc = (f.dir.root / "enc.key").string();
+    auto encrypted_key = shell("openssl ec -in " + quoted((f.dir.root / "one.key").string()) +
+                               " -aes256 -passout pass:pw -out " + quoted(enc) + " 2>&1");
+    BOOST_TEST_REQUIRE(encrypted_key.exit_code == 0, encrypted_key.output);
+    auto locked = serve((f.dir.root / "one.crt").string(), enc);
+    BOOST_TEST(locked.exit_code == 2, locked.output);
+    BOOST_TEST(locked.output.find("server.tls.key_file: " + enc + " is encrypted") != std::string::npos,
+               locked.output);
+    BOOST_TEST(locked.output.find("pass phrase") == std::string::npos, locked.output);
+    // check-config reads the files as serve does.
+    auto check = [&](const std::string& cert, const std::string& key) {
+        auto cfg = f.write_file(
+            "check.json", R"({"server": {"tls": {"cert_file": )" + json::serialize(json::value(cert)) +
+                              R"(, "key_file": )" + json::serialize(json::value(key)) + "}}}");
+        return run_baton({"check-config", cfg.string()});
+    };
+    auto checked_missing = check(missing, missing);
+    BOOST_TEST(checked_missing.exit_code == 2, checked_missing.output);
+    BOOST_TEST(checked_missing.output.find("server.tls.cert_file") != std::string::npos,
+               checked_missing.output);
+    BOOST_TEST(check((f.dir.root / "one.crt").string(), enc).exit_code == 2);
+    auto good = check((f.dir.root / "one.crt").string(), (f.dir.root / "one.key").string());
+    BOOST_TEST(good.exit_code == 0, good.output);
+    BOOST_TEST(good.output.find(": ok") != std::string::npos, good.output);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -85,7 +85,20 @@ std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
     boost::system::error_code ec;
     ctx->use_certificate_chain_file(files.cert_file, ec);
     if (ec) fail("server.tls.cert_file: cannot load the certificate chain from", files.cert_file, ec);
+    // An encrypted key would make OpenSSL ask for its passphrase on the terminal, and a daemon
+    // started by a service manager wait for ever: no passphrase is given, and the key is refused.
+    // (The context keeps the callback: it shares the flag rather than point into this frame.)
+    auto encrypted = std::make_shared<bool>(false);
+    ctx->set_password_callback([encrypted](std::size_t, ssl::context::password_purpose) {
+        *encrypted = true;
+        return std::string();
+    });
     ctx->use_private_key_file(files.key_file, ssl::context::pem, ec);
+    if (*encrypted)
+        throw std::invalid_argument("server.tls.key_file: " + files.key_file +
+                                    " is encrypted; baton reads unencrypted PEM keys only "
+                                    "(openssl pkey -in " +
+                                    files.key_file + " -out plain.key)");
     if (ec) fail("server.tls.key_file: cannot load the private key from", files.key_file, ec);
     if (::SSL_CTX_check_private_key(ctx->native_handle()) != 1)
         fail("server.tls.key_file: the key does not match the certificate of", files.cert_file, {});
@@ -169,6 +182,10 @@ private:
     std::shared_ptr<state> state_;
 };
 } // namespace
+
+void check_tls_files(const tls_config& files) {
+    (void)make_tls_context(files);
+}
 
 struct http_server::impl : std::enable_shared_from_this<impl> {
     impl(asio::any_io_executor e, runtime& rt, http_server_options o, std::function<bool()> ready,
@@ -629,11 +646,10 @@ namespace {
 // closed; no request is read. In plain HTTP it is written without waiting (what the socket takes
 // now); over TLS after a handshake of at most a second.
 std::string overloaded_response(std::string_view message) {
-    auto body =
-        std::string(R"({"error":{"code":"overloaded","message":")") + std::string(message) + "\"}}";
-    return "HTTP/1.1 503 Service Unavailable\r\nServer: baton\r\nContent-Type: "
-           "application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
-           std::to_string(body.size()) + "\r\n\r\n" + body;
+    // Framed as every other answer is (Server, Cache-Control: no-store, ...), and closed.
+    auto r = http::error_reply(errc::too_many_connections, message);
+    r.headers.emplace_back("Retry-After", "1");
+    return response_bytes(r, 11, false);
 }
 
 // What the client sent meanwhile is read and dropped for at most a second, so that closing does

@@ -33,6 +33,10 @@ struct http_server_options {
     std::optional<tls_config> tls;
 };
 
+// Loads server.tls's files as the server does when it is made (`baton check-config`): throws
+// std::invalid_argument naming the key and the file, as `serve` reports them.
+void check_tls_files(const tls_config& files);
+
 namespace ws {
 class channel;
 }

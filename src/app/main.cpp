@@ -1,4 +1,5 @@
 // The `baton` command: serve, chat, check-config, --version, --help.
+#include "channels/http/server.hpp"
 #include "src/app/chat.hpp"
 #include "src/app/serve.hpp"
 
@@ -197,6 +198,15 @@ int check_config(const std::vector<std::string>& args) {
     for (const auto& w : result.warnings)
         std::cout << args[0] << ": warning: " << w.to_string() << "\n";
     if (!result.errors.empty()) return 2;
+    // The files it names are read as `serve` would read them at start.
+    if (const auto& tls = result.cfg.server.tls) {
+        try {
+            baton::check_tls_files(*tls);
+        } catch (const std::exception& e) {
+            std::cout << args[0] << ": " << e.what() << "\n";
+            return 2;
+        }
+    }
     std::cout << args[0] << ": ok\n";
     return 0;
 }
