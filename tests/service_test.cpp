@@ -151,6 +151,71 @@ BOOST_FIXTURE_TEST_CASE(a_cancelled_wait_ends_while_the_turn_goes_on, service_fi
     get(stopped);
 }
 
+// A model that never answers; it counts the calls it was in and the ones that ended.
+struct stuck_model : model_client {
+    std::atomic<int> calls{0}, ended{0};
+    asio::awaitable<chat_completion> complete(const model_request&, const delta_handler&) override {
+        ++calls;
+        struct count_end {
+            std::atomic<int>& n;
+            ~count_end() { ++n; }
+        } end{ended};
+        asio::steady_timer never(co_await asio::this_coro::executor,
+                                 asio::steady_timer::time_point::max());
+        co_await never.async_wait(asio::use_awaitable); // throws once the turn is stopped
+        co_return chat_completion{};
+    }
+    std::string name() const override { return "stuck"; }
+};
+
+// The drain's grace runs out on a running turn: the turn stops there, before async_stop completes
+// (nothing of it runs on the executor afterwards), and nothing more of it is stored: it stays
+// `running`, as a crash would leave it, for the next start to decide. A wait begun after the stop
+// answers draining at once.
+BOOST_FIXTURE_TEST_CASE(a_turn_past_the_drain_grace_stops_and_is_left_running, service_fixture) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-service-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    auto o = memory_options();
+    o.config.storage.type = storage_config::kind::sqlite;
+    o.config.storage.sqlite_path = (dir / "baton.db").string();
+    o.drain_grace = 50ms;
+    std::string turn_id;
+    {
+        service svc(io.get_executor(), o);
+        auto model = std::make_shared<stuck_model>();
+        svc.add_agent(agent_config{}, model);
+        auto started = svc.async_start(asio::use_future);
+        get(started);
+        auto sub = svc.async_submit(message("s1", "forever"), asio::use_future);
+        turn_id = get(sub).turn_id;
+        for (int i = 0; i < 1000 && model->calls.load() == 0; ++i)
+            std::this_thread::sleep_for(5ms);
+        BOOST_TEST_REQUIRE(model->calls.load() == 1);
+        auto stopped = svc.async_stop(asio::use_future);
+        get(stopped);
+        BOOST_TEST(model->ended.load() == 1); // the model call was unwound by the stop
+        auto rec = svc.async_get_turn(turn_id, asio::use_future);
+        BOOST_TEST(to_string(get(rec).status) == "running");
+        std::promise<error_code> waited;
+        svc.async_wait_turn(turn_id, [&](error_code ec, turn_record) { waited.set_value(ec); });
+        auto wf = waited.get_future();
+        BOOST_TEST((get(wf) == errc::draining));
+    }
+    {
+        // The next start runs it again (it had begun no side effect), as after a crash.
+        service svc(io.get_executor(), o);
+        auto started = svc.async_start(asio::use_future);
+        get(started);
+        auto waited = svc.async_wait_turn(turn_id, asio::use_future);
+        auto rec = get(waited);
+        BOOST_TEST(to_string(rec.status) == "completed");
+        BOOST_TEST(rec.attempt == 2);
+        auto stopped = svc.async_stop(asio::use_future);
+        get(stopped);
+    }
+    std::filesystem::remove_all(dir);
+}
+
 BOOST_FIXTURE_TEST_CASE(failures_come_as_baton_errc_with_diagnostics, service_fixture) {
     {
         auto o = memory_options();

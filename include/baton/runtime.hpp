@@ -155,12 +155,16 @@ public:
     asio::awaitable<std::optional<api_error>> cancel(std::string turn_id, std::string tenant = {});
 
     // Picks up what an earlier process left: queued turns run again in accept order; turns that
-    // were mid-run end `failed` with error.code "abandoned". Returns how many turns it touched.
+    // were mid-run run again (attempt + 1), unless they had begun a side effect (a tool call):
+    // those end `failed` with error.code "abandoned" (or run again with `on_abandoned: rerun`).
+    // Returns how many turns it touched.
     asio::awaitable<std::size_t> recover();
 
     // Stops admitting messages and starting queued turns (they stay stored for the next start);
     // completes when the running turns have finished or `grace` has passed. Held waits
-    // (wait_turn with `up_to`) are answered at once with the record as it stands.
+    // (wait_turn with `up_to`) are answered at once with the record as it stands. Turns still
+    // running after `grace` are stopped, and nothing more of them is stored: they stay `running`,
+    // as after a crash, for the next start (recover()); waited for up to 5 s more to unwind.
     asio::awaitable<void> drain(std::chrono::milliseconds grace);
     bool draining() const { return draining_.load(); }
     // Why the store cannot serve now, or nullopt (store::unavailable; /readyz).

@@ -64,8 +64,9 @@ struct service_event {
 class service {
 public:
     // Builds every part from the options; nothing runs and no socket opens until async_start().
-    // A config the daemon would refuse (an unknown provider, a bad listen address, a store that
-    // cannot be opened) is reported by async_start(), with the reason in `diagnostics`.
+    // A config the daemon would refuse (an unknown provider, a bad listen address: invalid_config)
+    // and a store that cannot be opened (internal_error) are reported by async_start(), with the
+    // reason in `diagnostics`.
     service(boost::asio::any_io_executor ex, service_options opts);
     ~service();
     service(const service&) = delete;
@@ -105,8 +106,10 @@ public:
                                                   std::forward<Token>(token));
     }
     // Stops the channels (no new messages), drains (running turns finish within drain_grace;
-    // queued ones stay stored for the next start), then closes the channels' connections and
-    // stops delivery. Handler: void(error_code). Cancellation: none. Idempotent.
+    // queued ones stay stored for the next start; one still running then is stopped and left
+    // `running` in the store, as a crash leaves it), then closes the channels' connections and
+    // stops delivery. No turn runs on the executor once it has completed. Handler:
+    // void(error_code). Cancellation: none. Idempotent.
     template <class Token> auto async_stop(Token&& token) {
         return detail::async_run<detail::nothing>(get_executor(), stop(), std::forward<Token>(token));
     }

@@ -36,7 +36,9 @@ namespace {
 struct running_turn {
     running_turn(asio::any_io_executor s, std::shared_ptr<turn_progress> p, std::string t)
         : strand(std::move(s)), progress(std::move(p)), tenant(std::move(t)) {}
-    enum class reason { none, cancelled, timed_out };
+    // shutdown: the drain's grace ran out; the turn is left `running` in the store, as a crash
+    // would leave it, for the next start to decide (run again, or `abandoned`).
+    enum class reason { none, cancelled, timed_out, shutdown };
     asio::any_io_executor strand; // the session's strand
     std::shared_ptr<turn_progress> progress;
     const std::string tenant;
@@ -105,8 +107,10 @@ struct runtime::impl {
     // `progress`: the turn's own (when it ran), whose gathered writes (turn_progress::end) go in the
     // same transaction.
     asio::awaitable<void> store_start(const std::vector<std::string>& ids, time_ms at);
+    // `abandon`: nothing is stored (a turn stopped by the end of a drain's grace).
     asio::awaitable<void> store_final(turn_record rec, bool retry = true,
-                                      std::shared_ptr<turn_progress> progress = nullptr);
+                                      std::shared_ptr<turn_progress> progress = nullptr,
+                                      bool abandon = false);
     // A message folded into a running turn (collect, steer) now counts as running (the caller
     // has stored it so, at `at`).
     void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier, time_ms at);
@@ -117,7 +121,8 @@ struct runtime::impl {
                                                         std::weak_ptr<running_turn> carrier,
                                                         std::string agent);
     // It ends with the turn that answered it: same status, reply and error; no steps of its own.
-    asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier);
+    asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier,
+                                        bool abandon);
     // Cancels the turn when it runs here (and is of `tenant`, unless empty).
     bool signal_running(const std::string& turn_id, std::string_view tenant = {});
 
@@ -451,7 +456,7 @@ void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<runnin
 }
 
 asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> folded,
-                                                   const turn_record& carrier) {
+                                                   const turn_record& carrier, bool abandon) {
     for (auto& rec : folded) {
         {
             std::lock_guard lock(running_mutex);
@@ -462,7 +467,7 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
         rec.refusal = carrier.refusal;
         rec.error = carrier.error;
         rec.started_at = carrier.started_at;
-        co_await store_final(std::move(rec));
+        co_await store_final(std::move(rec), true, nullptr, abandon);
     }
 }
 
@@ -576,8 +581,9 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     progress->take_steering = nullptr;
     rt.fw_.metrics().observe_turn(std::chrono::steady_clock::now() - began);
     auto carrier = rec;
-    co_await store_final(std::move(rec), true, progress);
-    co_await finish_folded(std::move(*folded), carrier);
+    const bool abandon = entry->why == running_turn::reason::shutdown;
+    co_await store_final(std::move(rec), true, progress, abandon);
+    co_await finish_folded(std::move(*folded), carrier, abandon);
     rt.running_.fetch_sub(1);
 }
 
@@ -602,10 +608,10 @@ asio::awaitable<void> runtime::impl::store_start(const std::vector<std::string>&
 }
 
 asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
-                                                 std::shared_ptr<turn_progress> progress) {
+                                                 std::shared_ptr<turn_progress> progress, bool abandon) {
     rec.finished_at = now_ms();
     // Counted before anyone can read the final record.
-    rt.fw_.metrics().turn_finished(rec.status);
+    if (!abandon) rt.fw_.metrics().turn_finished(rec.status);
     // The end of a turn is tried again until it is stored (a full disk, an I/O error that
     // passes): until then the turn reads as running, and turn.finished waits, so that no reader
     // learns an outcome a crash could still take back. A daemon that is draining gives up: the
@@ -624,6 +630,14 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
             f(stored, end, added);
         after.clear();
     };
+    if (abandon) {
+        // As after a crash: the stream stops without turn.finished, the store still says
+        // `running`, and the next start decides.
+        log::warn("turn left running: the drain's grace ran out", {{"turn_id", rec.turn_id}});
+        turns.forget(rec.turn_id);
+        settle(false, {});
+        co_return;
+    }
     std::chrono::milliseconds pause{50};
     for (int attempt = 1;; ++attempt) {
         try {
@@ -1393,6 +1407,21 @@ asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
     // Shutdown only: a short poll keeps this free of cross-thread timer races.
     asio::steady_timer timer(co_await asio::this_coro::executor);
     auto deadline = std::chrono::steady_clock::now() + grace;
+    while (running_.load() != 0 && std::chrono::steady_clock::now() < deadline) {
+        timer.expires_after(std::chrono::milliseconds(10));
+        co_await timer.async_wait(asio::use_awaitable);
+    }
+    if (running_.load() == 0) co_return;
+    // The grace ran out: the turns still running stop where they are, and nothing more of them is
+    // stored (a crash's outcome: found `running` at the next start), so that none outlives the
+    // stop on its executor. They unwind through their cancellation slots; a hook that ignores
+    // cancellation is waited for at most a few seconds more.
+    {
+        std::lock_guard lock(impl_->running_mutex);
+        for (auto& [id, entry] : impl_->running)
+            asio::post(entry->strand, [entry = entry] { entry->stop(running_turn::reason::shutdown); });
+    }
+    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (running_.load() != 0 && std::chrono::steady_clock::now() < deadline) {
         timer.expires_after(std::chrono::milliseconds(10));
         co_await timer.async_wait(asio::use_awaitable);

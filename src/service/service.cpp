@@ -13,6 +13,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <deque>
 #include <mutex>
@@ -85,7 +86,8 @@ struct service::impl : channel_host {
     std::unique_ptr<delivery> outbox;
     std::vector<std::shared_ptr<channel>> channels;
     std::shared_ptr<http_channel> http_ch;
-    enum class phase { built, starting, running, stopping, stopped } state = phase::built;
+    enum class phase { built, starting, running, stopping, stopped };
+    std::atomic<phase> state{phase::built}; // read by wait_turn, which any thread may call
 
     // channel_host
     asio::any_io_executor get_executor() const override { return ex; }
@@ -306,7 +308,10 @@ asio::awaitable<outcome<turn_record>> service::wait_turn(std::string turn_id) {
     co_await detail::accept_partial_cancellation();
     std::optional<turn_record> rec;
     try {
-        rec = co_await impl_->rt->wait_turn(std::move(turn_id), {}, std::nullopt);
+        // Once stopped no turn ends any more here: the record as it stands (draining if unfinished).
+        std::optional<clock::duration> up_to;
+        if (impl_->state.load() == impl::phase::stopped) up_to = clock::duration::zero();
+        rec = co_await impl_->rt->wait_turn(std::move(turn_id), {}, up_to);
     } catch (const boost::system::system_error& e) {
         if (e.code() == asio::error::operation_aborted)
             co_return outcome<turn_record>{make_error_code(asio::error::operation_aborted), {}};
