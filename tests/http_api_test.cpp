@@ -365,7 +365,8 @@ BOOST_FIXTURE_TEST_CASE(invalid_session_id_is_400, daemon_fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(non_json_content_type_is_415, daemon_fixture) {
-    for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "application/xml"})
+    // An empty one too: only an absent Content-Type is taken as JSON.
+    for (const char* type : {"text/plain", "application/x-www-form-urlencoded", "application/xml", ""})
         BOOST_TEST_CONTEXT(type) {
             check_error(request("POST", post_target, R"({"text": "hi"})", {{"Content-Type", type}}), 415,
                         "unsupported_media_type");

@@ -37,6 +37,12 @@ BOOST_AUTO_TEST_CASE(routes_and_parameters) {
                "status: given more than once");
     BOOST_TEST(*query_param("status=failed", "status").value == "failed");
     BOOST_TEST(!query_param("a=1", "status").value);
+    // Percent-decoded, key and value alike.
+    BOOST_TEST(*query_param_wait("wait=%33").value == std::chrono::milliseconds(3000));
+    BOOST_TEST(*query_param_int("%6cimit=%31%30", "limit").value == 10);
+    BOOST_TEST(*query_param("status=deliver%65d", "status").value == "delivered");
+    BOOST_TEST(query_param("limit=1&%6cimit=2", "limit").error == "limit: given more than once");
+    BOOST_TEST(!query_param_int("limit=%zz", "limit").value);
     BOOST_TEST(query_param("a=1", "status").error.empty());
     BOOST_TEST((match_route("GET", "/healthz").id == route_id::healthz));
     BOOST_TEST((match_route("GET", "/v1/turns/t_x/").id == route_id::get_turn));

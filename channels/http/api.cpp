@@ -324,10 +324,12 @@ asio::awaitable<reply> api::post_message(const request_view& req, const std::str
     if (!valid_session_id(sid))
         co_return error_reply(errc::invalid_request,
                               "invalid session id: 1-128 characters of A-Z a-z 0-9 . _ : @ - expected");
-    if (!req.content_type.empty() && !is_json_media_type(req.content_type))
+    // No Content-Type is taken as JSON; an empty one says nothing that is.
+    if (req.has_content_type && !is_json_media_type(req.content_type))
         co_return error_reply(errc::unsupported_media_type,
                               "Content-Type must be application/json, not " +
-                                  std::string(req.content_type));
+                                  (req.content_type.empty() ? std::string("an empty one")
+                                                            : std::string(req.content_type)));
     accept_request ar;
     if (auto err = parse_message_body(req.body, ar)) co_return error_reply(err->code, err->message);
     ar.session_id = sid;

@@ -25,7 +25,8 @@ namespace baton::http {
 struct request_view {
     std::string_view method;
     std::string_view target;
-    std::string_view content_type; // empty when absent
+    std::string_view content_type; // empty when absent or empty
+    bool has_content_type = false; // the header is there (perhaps empty)
     std::string_view idempotency_key;
     bool has_idempotency_key = false;
     std::string_view body;

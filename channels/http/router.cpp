@@ -104,15 +104,16 @@ query_text query_param(std::string_view query, std::string_view name) {
         r.error = "malformed query string";
         return r;
     }
+    // Keys and values are percent-decoded (`?wait=%33` is `wait=3`), as the path's segments are.
     for (auto param : *parsed) {
-        if (param.key != name) continue;
+        if (param.key.decode() != name) continue;
         if (r.value) {
             // Which of two values was meant is a guess; the client is told instead.
             r.value.reset();
             r.error = std::string(name) + ": given more than once";
             return r;
         }
-        r.value = std::string(param.value);
+        r.value = param.value.decode();
     }
     return r;
 }

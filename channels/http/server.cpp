@@ -519,6 +519,7 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
         view.method = req.method_string();
         view.target = req.target();
         view.content_type = req[bhttp::field::content_type];
+        view.has_content_type = req.find(bhttp::field::content_type) != req.end();
         if (auto it = req.find("Idempotency-Key"); it != req.end()) {
             view.idempotency_key = it->value();
             view.has_idempotency_key = true;
