@@ -33,6 +33,10 @@ std::optional<std::string> run_command(turn_context& ctx, std::string_view text,
                            "/stop (stop the running turn)");
     if (word == "/model") {
         const auto& m = ctx.agent->config.model;
+        // A client of the program's own (add_agent with a model) is named by itself: the config's
+        // provider and model then describe nothing that runs.
+        const std::string client = ctx.agent->model ? ctx.agent->model->name() : m.provider;
+        if (client != m.provider) return "agent " + ctx.agent->config.name + " uses " + client;
         return "agent " + ctx.agent->config.name + " uses " + m.provider + ":" + m.model;
     }
     if (word == "/handoff") {
