@@ -43,6 +43,14 @@ struct service_fixture {
         o.config.storage.type = storage_config::kind::memory;
         return o;
     }
+    // SQLite in DIR/baton.db (DIR made here; the test removes it).
+    static service_options sqlite_options(const std::filesystem::path& dir) {
+        std::filesystem::create_directories(dir);
+        auto o = memory_options();
+        o.config.storage.type = storage_config::kind::sqlite;
+        o.config.storage.sqlite_path = (dir / "baton.db").string();
+        return o;
+    }
 };
 
 template <class T> T get(std::future<T>& f) {
@@ -174,10 +182,7 @@ struct stuck_model : model_client {
 // answers draining at once.
 BOOST_FIXTURE_TEST_CASE(a_turn_past_the_drain_grace_stops_and_is_left_running, service_fixture) {
     auto dir = std::filesystem::temp_directory_path() / ("baton-service-" + make_turn_id());
-    std::filesystem::create_directories(dir);
-    auto o = memory_options();
-    o.config.storage.type = storage_config::kind::sqlite;
-    o.config.storage.sqlite_path = (dir / "baton.db").string();
+    auto o = sqlite_options(dir);
     o.drain_grace = 50ms;
     std::string turn_id;
     {
@@ -396,10 +401,7 @@ struct recording_channel : channel {
 
 BOOST_FIXTURE_TEST_CASE(a_channel_of_ones_own_lives_with_the_service, service_fixture) {
     auto dir = std::filesystem::temp_directory_path() / ("baton-service-" + make_turn_id());
-    std::filesystem::create_directories(dir);
-    auto o = memory_options();
-    o.config.storage.type = storage_config::kind::sqlite;
-    o.config.storage.sqlite_path = (dir / "baton.db").string();
+    auto o = sqlite_options(dir);
     std::string first_turn;
     for (int run = 0; run < 2; ++run) {
         service svc(io.get_executor(), o);

@@ -19,7 +19,6 @@ namespace baton {
 
 namespace json = boost::json;
 using detail::config_errors;
-using detail::index_path;
 using detail::object_reader;
 
 namespace {
@@ -36,7 +35,7 @@ bool is_builtin_tool(std::string_view name) {
 
 // OpenAI function names: 1-64 characters of [A-Za-z0-9_-] (exactly the keys child_path leaves bare).
 bool is_tool_name(std::string_view name) {
-    return !name.empty() && name.size() <= 64 && detail::child_path("", name) == name;
+    return !name.empty() && name.size() <= 64 && json_child_path("", name) == name;
 }
 
 bool is_hex64(std::string_view s) {
@@ -82,7 +81,7 @@ void read_token(config_errors& e, config_errors& warnings, const json::value& v,
         for (std::size_t i = 0; i < scopes->size(); ++i) {
             const auto& s = (*scopes)[i];
             if (!s.is_string() || (s.get_string() != "tenant" && s.get_string() != "admin")) {
-                e.push_back({index_path(o.path("scopes"), i), "expected \"tenant\" or \"admin\""});
+                e.push_back({json_index_path(o.path("scopes"), i), "expected \"tenant\" or \"admin\""});
                 continue;
             }
             std::string name(s.get_string());
@@ -107,7 +106,7 @@ void read_tenants(config_errors& e, const json::value& v, std::map<std::string, 
     if (all == nullptr) return;
     for (const auto& [key, value] : *all) {
         std::string name(key.data(), key.size());
-        auto path = detail::child_path("tenants", name);
+        auto path = json_child_path("tenants", name);
         if (!valid_tenant_name(name)) {
             e.push_back({path, "a tenant name is 1-64 characters of [A-Za-z0-9._-]"});
             continue;
@@ -137,7 +136,7 @@ void read_server(config_errors& e, config_errors& warnings, const json::value& v
     o.read("max_header_bytes", out.max_header_bytes, 1024, 1 << 20);
     o.read("body_timeout_ms", out.body_timeout);
     if (const json::value* t = o.find("tls")) read_tls(e, *t, o.path("tls"), out.tls);
-    if (o.read("listen", out.listen) && !detail::is_listen_address(out.listen))
+    if (o.read("listen", out.listen) && !valid_listen_address(out.listen))
         o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
     o.read("threads", out.threads, 0);
     o.read("max_body_bytes", out.max_body_bytes, 1);
@@ -149,7 +148,8 @@ void read_server(config_errors& e, config_errors& warnings, const json::value& v
         std::set<std::string> seen;
         out.tokens.assign(tokens->size(), token_config{});
         for (std::size_t i = 0; i < tokens->size(); ++i)
-            read_token(e, warnings, (*tokens)[i], index_path(o.path("tokens"), i), seen, out.tokens[i]);
+            read_token(e, warnings, (*tokens)[i], json_index_path(o.path("tokens"), i), seen,
+                       out.tokens[i]);
     }
 }
 
@@ -237,13 +237,14 @@ void read_thresholds(const object_reader& o, std::vector<double>& out) {
     std::vector<double> values(a->size());
     bool ok = true;
     for (std::size_t i = 0; i < a->size(); ++i) {
-        if (!detail::read_number(o.errors(), (*a)[i], index_path(path, i), values[i])) {
+        if (!detail::read_number(o.errors(), (*a)[i], json_index_path(path, i), values[i])) {
             ok = false;
         } else if (!(values[i] > 0.0 && values[i] <= 1.0)) {
-            o.errors().push_back({index_path(path, i), "must be in (0, 1]"});
+            o.errors().push_back({json_index_path(path, i), "must be in (0, 1]"});
             ok = false;
         } else if (i > 0 && ok && values[i] <= values[i - 1]) {
-            o.errors().push_back({index_path(path, i), "must be greater than the previous threshold"});
+            o.errors().push_back(
+                {json_index_path(path, i), "must be greater than the previous threshold"});
             ok = false;
         }
     }
@@ -274,7 +275,7 @@ void check_agent_tools(const object_reader& o, const agent_config& a, const conf
     std::set<std::string_view> seen;
     for (std::size_t i = 0; i < a.tools.size(); ++i) {
         const std::string& t = a.tools[i];
-        std::string path = index_path(o.path("tools"), i);
+        std::string path = json_index_path(o.path("tools"), i);
         if (!is_builtin_tool(t) && cfg.tools.count(t) == 0)
             o.errors().push_back({path, "unknown tool \"" + t + "\""});
         else if (!seen.insert(t).second)
@@ -323,7 +324,7 @@ void read_tools(config_errors& e, const json::value& v, std::map<std::string, to
     if (tools == nullptr) return;
     for (const auto& [key, value] : *tools) {
         std::string name(key.data(), key.size());
-        std::string path = detail::child_path("tools", name);
+        std::string path = json_child_path("tools", name);
         if (!is_tool_name(name))
             e.push_back({path, "tool name must be 1-64 characters of [A-Za-z0-9_-]"});
         else if (is_builtin_tool(name))
@@ -337,7 +338,7 @@ void read_agents(config_errors& e, const json::value& v, config& cfg) {
     if (agents == nullptr) return;
     for (const auto& [key, value] : *agents) {
         std::string name(key.data(), key.size());
-        std::string path = detail::child_path("agents", name);
+        std::string path = json_child_path("agents", name);
         if (name.empty()) e.push_back({path, "agent name must not be empty"});
         agent_config& a = cfg.agents[name];
         a.name = name;
@@ -352,7 +353,7 @@ void read_webhook(config_errors& e, const json::value& v, std::string path, chan
     if (targets == nullptr) return;
     for (const auto& [key, value] : *targets) {
         std::string name(key.data(), key.size());
-        object_reader t(e, value, detail::child_path(o.path("targets"), name),
+        object_reader t(e, value, json_child_path(o.path("targets"), name),
                         {"url", "timeout_ms", "headers"});
         webhook_target& target = out.webhook_targets[name];
         if (name.empty()) t.fail("", "target name must not be empty");
@@ -362,7 +363,7 @@ void read_webhook(config_errors& e, const json::value& v, std::string path, chan
         if (headers == nullptr) continue;
         for (const auto& [hk, hv] : *headers) {
             std::string hname(hk.data(), hk.size());
-            std::string hpath = detail::child_path(t.path("headers"), hname);
+            std::string hpath = json_child_path(t.path("headers"), hname);
             bool token = !hname.empty() && std::all_of(hname.begin(), hname.end(), [](char c) {
                 return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
             });
@@ -408,13 +409,13 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, con
         else if (c.is_int64() || c.is_uint64())
             out.telegram_allow_chats.push_back(json::serialize(c));
         else
-            e.push_back({index_path(o.path("allow_chats"), i), "expected string or integer"});
+            e.push_back({json_index_path(o.path("allow_chats"), i), "expected string or integer"});
     }
 }
 
 // Schedule names go into idempotency keys ("schedule <name> <ms>") and cursor names.
 bool is_schedule_name(std::string_view s) {
-    return !s.empty() && s.size() <= 64 && detail::is_session_id(s);
+    return !s.empty() && s.size() <= 64 && valid_session_id(s);
 }
 
 // A schedule's "deliver": {"channel", "to"}, checked against the channels this config can reach.
@@ -461,7 +462,7 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
         else if (!can_ever_fire(*parsed))
             o.fail("cron", "never fires (no selected month has the selected day of month)");
     }
-    if (o.require("session") && o.read("session", out.session) && !detail::is_session_id(out.session))
+    if (o.require("session") && o.read("session", out.session) && !valid_session_id(out.session))
         o.fail("session", "expected 1-128 characters of [A-Za-z0-9._:@-]");
     if (o.read("agent", out.agent) && cfg.agents.count(out.agent) == 0)
         o.fail("agent", "unknown agent \"" + out.agent + "\"");
@@ -482,7 +483,7 @@ void name_schedules(config_errors& e, const std::string& path, std::vector<sched
     std::set<std::string> seen;
     for (std::size_t i = 0; i < all.size(); ++i)
         if (!seen.insert(all[i].name).second)
-            e.push_back({detail::child_path(index_path(path, i), "name"),
+            e.push_back({json_child_path(json_index_path(path, i), "name"),
                          "duplicate schedule name \"" + all[i].name + "\""});
 }
 
@@ -503,7 +504,7 @@ void read_channels(config_errors& e, const json::value& v, const config& cfg, ch
     if (const json::array* s = o.array("schedules")) {
         out.schedules.assign(s->size(), schedule_config{});
         for (std::size_t i = 0; i < s->size(); ++i)
-            read_schedule(e, (*s)[i], index_path(o.path("schedules"), i), cfg, out.schedules[i]);
+            read_schedule(e, (*s)[i], json_index_path(o.path("schedules"), i), cfg, out.schedules[i]);
         name_schedules(e, o.path("schedules"), out.schedules);
     }
 }
@@ -545,7 +546,7 @@ config_result parse_config(std::string_view json_text) {
     }
     if (const json::value* v = o.find("channels")) read_channels(r.errors, *v, r.cfg, r.cfg.channels);
     if (!r.cfg.server.tokens.empty() && !r.cfg.server.tls &&
-        !detail::is_loopback_listen(r.cfg.server.listen))
+        !loopback_listen_address(r.cfg.server.listen))
         r.warnings.push_back({"server.listen",
                               "a non-loopback address with bearer tokens but no server.tls: tokens "
                               "and replies cross the network in clear text"});

@@ -166,7 +166,7 @@ bool object_reader::read(std::string_view key, std::vector<std::string>& out) co
     std::vector<std::string> items(a->size());
     bool ok = true;
     for (std::size_t i = 0; i < a->size(); ++i)
-        ok = read_string(errors_, (*a)[i], index_path(path(key), i), items[i]) && ok;
+        ok = read_string(errors_, (*a)[i], json_index_path(path(key), i), items[i]) && ok;
     if (ok) out = std::move(items);
     return ok;
 }
@@ -213,15 +213,5 @@ bool is_http_url(std::string_view s) {
         return s.size() > scheme.size() && s.substr(0, scheme.size()) == scheme;
     });
 }
-
-bool is_listen_address(std::string_view s) {
-    return valid_listen_address(s);
-}
-
-bool is_loopback_listen(std::string_view s) {
-    return loopback_listen_address(s);
-}
-
-bool is_session_id(std::string_view s) { return valid_session_id(s); }
 
 } // namespace baton::detail

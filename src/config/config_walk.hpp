@@ -19,14 +19,6 @@ namespace baton::detail {
 
 using config_errors = std::vector<config_error>;
 
-// `parent.key`, or `parent["odd key"]` when the key is not [A-Za-z0-9_-]+ (baton/json_text.hpp).
-inline std::string child_path(std::string_view parent, std::string_view key) {
-    return json_child_path(parent, key);
-}
-inline std::string index_path(std::string_view parent, std::size_t index) {
-    return json_index_path(parent, index);
-}
-
 // Parses JSON text; syntax errors (with line and column) and duplicate keys go to `errors`.
 // Returns null when the text is not valid JSON.
 boost::json::value parse_json_strict(std::string_view text, config_errors& errors);
@@ -54,7 +46,7 @@ public:
 
     explicit operator bool() const { return obj_ != nullptr; }
     const std::string& path() const { return path_; }
-    std::string path(std::string_view key) const { return child_path(path_, key); }
+    std::string path(std::string_view key) const { return json_child_path(path_, key); }
     config_errors& errors() const { return errors_; }
 
     const boost::json::value* find(std::string_view key) const;
@@ -86,9 +78,5 @@ bool is_http_url(std::string_view s);
 // True when a libpq conninfo (keywords, or a postgres:// URI) names a password: a `password`
 // keyword or query parameter, or user:password@ in the URI.
 bool conninfo_names_password(std::string_view conninfo);
-// An IP:PORT (as is_listen_address) on a loopback address: 127.0.0.0/8, [::1] or localhost.
-bool is_loopback_listen(std::string_view s);
-bool is_listen_address(std::string_view s); // HOST:PORT, port 0..65535, IPv6 hosts in brackets
-bool is_session_id(std::string_view s);     // 1-128 of [A-Za-z0-9._:@-]
 
 } // namespace baton::detail

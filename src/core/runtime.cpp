@@ -1406,12 +1406,15 @@ asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
     });
     // Shutdown only: a short poll keeps this free of cross-thread timer races.
     asio::steady_timer timer(co_await asio::this_coro::executor);
-    auto deadline = std::chrono::steady_clock::now() + grace;
-    while (running_.load() != 0 && std::chrono::steady_clock::now() < deadline) {
-        timer.expires_after(std::chrono::milliseconds(10));
-        co_await timer.async_wait(asio::use_awaitable);
-    }
-    if (running_.load() == 0) co_return;
+    auto none_running_within = [&](std::chrono::milliseconds d) -> asio::awaitable<bool> {
+        const auto deadline = std::chrono::steady_clock::now() + d;
+        while (running_.load() != 0 && std::chrono::steady_clock::now() < deadline) {
+            timer.expires_after(std::chrono::milliseconds(10));
+            co_await timer.async_wait(asio::use_awaitable);
+        }
+        co_return running_.load() == 0;
+    };
+    if (co_await none_running_within(grace)) co_return;
     // The grace ran out: the turns still running stop where they are, and nothing more of them is
     // stored (a crash's outcome: found `running` at the next start), so that none outlives the
     // stop on its executor. They unwind through their cancellation slots; a hook that ignores
@@ -1421,11 +1424,7 @@ asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
         for (auto& [id, entry] : impl_->running)
             asio::post(entry->strand, [entry = entry] { entry->stop(running_turn::reason::shutdown); });
     }
-    deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (running_.load() != 0 && std::chrono::steady_clock::now() < deadline) {
-        timer.expires_after(std::chrono::milliseconds(10));
-        co_await timer.async_wait(asio::use_awaitable);
-    }
+    co_await none_running_within(std::chrono::seconds(5));
 }
 
 } // namespace baton
