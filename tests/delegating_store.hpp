@@ -14,6 +14,9 @@ public:
     insert_result insert_turn(const turn_record& t, const idempotency& i) override {
         return inner->insert_turn(t, i);
     }
+    std::optional<insert_result> find_idempotency(const std::string& t, const idempotency& i) override {
+        return inner->find_idempotency(t, i);
+    }
     void mark_running(const std::string& id, time_ms at) override { inner->mark_running(id, at); }
     void mark_side_effects(const std::string& id) override { inner->mark_side_effects(id); }
     void save_state(state_update& u) override { inner->save_state(u); }

@@ -174,7 +174,11 @@ BOOST_AUTO_TEST_CASE(tokens_per_day_refuses_new_messages_until_the_next_utc_day)
     s.svc->add_agent(cfg, model);
     s.start();
     auto& rt = s.svc->runtime();
-    auto t1 = s.run(rt.accept(from("a", "s1", "x1"))).value();
+    auto keyed = [](accept_request m, std::string key, std::string fingerprint) {
+        m.idem = {std::move(key), std::move(fingerprint)};
+        return m;
+    };
+    auto t1 = s.run(rt.accept(keyed(from("a", "s1", "x1"), "k1", "f1"))).value();
     auto t2 = s.run(rt.accept(from("a", "s2", "x2"))).value(); // accepted: nothing spent yet
     BOOST_TEST_REQUIRE(eventually([&] { return model->calls().size() == 2u; }));
     model->release("x1");
@@ -188,18 +192,32 @@ BOOST_AUTO_TEST_CASE(tokens_per_day_refuses_new_messages_until_the_next_utc_day)
     BOOST_TEST_REQUIRE(!refused.has_value());
     BOOST_TEST((refused.error().code == errc::quota_exceeded));
     BOOST_TEST(refused.error().retry_after_s == 60);
+    // A replay of a message accepted before still finds its turn; the key with another request is
+    // still a reuse; a key not used before is a new message, refused.
+    auto replay = s.run(rt.accept(keyed(from("a", "s1", "x1"), "k1", "f1")));
+    BOOST_TEST_REQUIRE(replay.has_value());
+    BOOST_TEST(replay->replayed);
+    BOOST_TEST(replay->turn_id == t1.turn_id);
+    auto reused = s.run(rt.accept(keyed(from("a", "s1", "other"), "k1", "f2")));
+    BOOST_TEST_REQUIRE(!reused.has_value());
+    BOOST_TEST((reused.error().code == errc::idempotency_key_reused));
+    auto fresh = s.run(rt.accept(keyed(from("a", "s1", "x5"), "k2", "f5")));
+    BOOST_TEST_REQUIRE(!fresh.has_value());
+    BOOST_TEST((fresh.error().code == errc::quota_exceeded));
     // The turn accepted before the budget ran out still runs to its end.
     BOOST_TEST_REQUIRE(eventually([&] { return model->calls().size() == 3u; }));
     model->release("x3");
     BOOST_TEST(eventually([&] { return to_string(s.run(rt.get_turn(t3->turn_id))->status) == "completed"; }));
-    BOOST_TEST(stats_of(s, "a").quota_exceeded == 1);
-    // Another tenant is not held by a's budget.
+    BOOST_TEST(stats_of(s, "a").quota_exceeded ==
+               2); // x4 and x5; the replay and the reuse are not counted
+    // Another tenant is not held by a's budget, nor by its keys.
+    BOOST_TEST(!s.run(rt.accept(keyed(from("b", "s9", "x1"), "k1", "f1")))->replayed);
     BOOST_TEST(s.run(rt.accept(from("b", "s1", "y1"))).has_value());
     // A new UTC day: a may talk again.
     s.clock->advance(std::chrono::seconds(60));
     BOOST_TEST(s.run(rt.accept(from("a", "s3", "x4"))).has_value());
     BOOST_TEST(t1.turn_id != t2.turn_id);
-    BOOST_TEST_REQUIRE(eventually([&] { return model->calls().size() == 5u; }));
+    BOOST_TEST_REQUIRE(eventually([&] { return model->calls().size() == 6u; }));
     BOOST_TEST(eventually([&] {
         model->release_all();
         return s.svc->runtime().running_turns() == 0 && s.svc->runtime().queued_turns() == 0;

@@ -227,6 +227,19 @@ BOOST_DATA_TEST_CASE(idempotency_key_replay_and_reuse, bdata::make(kinds), kind)
     auto other_session = f.s->insert_turn(make_turn("t_7", "s2"), {"key-1", "fp-a"});
     BOOST_TEST((other_session.outcome == insert_outcome::replayed));
     BOOST_TEST(other_session.turn_id == "t_1");
+
+    // find_idempotency answers as insert_turn would, and stores nothing.
+    const std::string tenant{default_tenant};
+    auto found = f.s->find_idempotency(tenant, {"key-1", "fp-a"});
+    BOOST_TEST_REQUIRE(found.has_value());
+    BOOST_TEST((found->outcome == insert_outcome::replayed));
+    BOOST_TEST(found->turn_id == "t_1");
+    auto other = f.s->find_idempotency(tenant, {"key-1", "fp-b"});
+    BOOST_TEST_REQUIRE(other.has_value());
+    BOOST_TEST((other->outcome == insert_outcome::key_reused));
+    BOOST_TEST(!f.s->find_idempotency(tenant, {"key-9", "fp-a"}).has_value());
+    BOOST_TEST(!f.s->find_idempotency("another", {"key-1", "fp-a"}).has_value());
+    BOOST_TEST(f.s->get_session("s1")->turns == 3);
 }
 
 BOOST_DATA_TEST_CASE(duplicate_turn_id_throws_and_changes_nothing, bdata::make(kinds), kind) {

@@ -397,11 +397,13 @@ BOOST_AUTO_TEST_CASE(quotas_answer_429_and_usage_survives_a_restart) {
                                               ops.entry + R"(]},
         "tenants": {"a": {"limits": {"turns_per_minute": 2, "tokens_per_day": 1}}}})");
     f.start({"--config", cfg.string()});
-    auto post = [&](const issued& who, const std::string& text) {
+    auto post = [&](const issued& who, const std::string& text, const std::string& key = "") {
+        auto headers = bearer(who.token);
+        if (!key.empty()) headers.emplace_back("Idempotency-Key", key);
         return f.request("POST", "/v1/sessions/s1/messages",
-                         json::serialize(json::object{{"text", text}}), bearer(who.token));
+                         json::serialize(json::object{{"text", text}}), headers);
     };
-    auto first = post(a, "one");
+    auto first = post(a, "one", "key-1");
     BOOST_TEST_REQUIRE(first.status == 202u, first.body);
     f.wait_for_turn(std::string(first.json.at("turn_id").as_string()), bearer(a.token));
     // The day's budget is spent: quota_exceeded, until the next UTC midnight.
@@ -437,6 +439,15 @@ BOOST_AUTO_TEST_CASE(quotas_answer_429_and_usage_survives_a_restart) {
     spent = post(a, "three");
     BOOST_TEST(spent.status == 429u, spent.body);
     BOOST_TEST(spent.json.at("error").at("code").as_string() == "quota_exceeded");
+    // A replay of the message accepted before the budget ran out finds its turn; the same key
+    // with another body is still a reuse.
+    auto replay = post(a, "one", "key-1");
+    BOOST_TEST_REQUIRE(replay.status == 200u, replay.body);
+    BOOST_TEST(replay.json.at("replayed").as_bool());
+    BOOST_TEST(replay.json.at("turn_id") == first.json.at("turn_id"));
+    BOOST_TEST(replay.json.at("status").as_string() == "completed");
+    BOOST_TEST(post(a, "one!", "key-1").status == 409u);
+    BOOST_TEST(post(a, "one", "key-2").status == 429u);
     usage = f.request("GET", "/v1/usage", "", bearer(a.token));
     BOOST_TEST(usage.json.at("today").at("tokens").as_int64() == tokens);
     // The WebSocket says the same, with retry_after.

@@ -215,6 +215,7 @@ public:
     event_hub& events();
 
 private:
+    asio::awaitable<std::optional<accept_result>> find_replay(const accept_request& req);
     asio::awaitable<accept_result> accept_for_cluster(turn_record rec, idempotency idem,
                                                       std::function<void(const accepted&)> on_stored);
     struct impl;

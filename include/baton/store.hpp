@@ -152,6 +152,14 @@ public:
     // `replayed` when the fingerprint matches, `key_reused` when it does not (nothing stored).
     virtual insert_result insert_turn(const turn_record& t, const idempotency& idem) = 0;
 
+    // What insert_turn would answer for a key the tenant already used (`replayed` or `key_reused`,
+    // with the earlier turn), or nullopt when the tenant has not used it. Reads only: the runtime
+    // asks it for a message it refuses before storing (a spent tokens_per_day), so that a replay
+    // still finds its turn. The default answers nullopt: such a replay is refused like a new
+    // message.
+    virtual std::optional<insert_result> find_idempotency(const std::string& tenant,
+                                                          const idempotency& idem);
+
     // Moves a turn to running (started_at set) and counts the start (attempt + 1). A turn stored
     // by insert_turn as running already counts the attempt it carries.
     virtual void mark_running(const std::string& turn_id, time_ms started_at) = 0;

@@ -26,6 +26,10 @@ store::outbox_counts store::count_outbox() {
     return n;
 }
 
+std::optional<insert_result> store::find_idempotency(const std::string&, const idempotency&) {
+    return std::nullopt;
+}
+
 std::vector<outbox_item> store::end_turn(turn_end& e) {
     if (e.state) save_state(*e.state);
     std::vector<outbox_item> added;

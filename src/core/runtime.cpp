@@ -851,7 +851,36 @@ api_error not_stored(const std::exception& e) {
                          "the same Idempotency-Key)"};
     return api_error{errc::internal_error, "the message could not be stored"};
 }
+
+// The answer to a message whose Idempotency-Key the tenant used before: 409 for another request,
+// else its earlier turn, a replay (told to on_stored as well).
+accept_result earlier_answer(const insert_result& r, const std::string& session_id,
+                             const std::function<void(const accepted&)>& on_stored) {
+    if (r.outcome == insert_outcome::key_reused)
+        return api_error{errc::idempotency_key_reused,
+                         "this Idempotency-Key was already used with another request"};
+    accepted replay{r.turn_id, session_id, true};
+    if (on_stored) on_stored(replay);
+    return replay;
+}
 } // namespace
+
+// The answer insert_turn would give to a message whose Idempotency-Key the tenant used before, or
+// nullopt (a key not used, or a store that cannot tell now: the caller refuses the message).
+asio::awaitable<std::optional<accept_result>> runtime::find_replay(const accept_request& req) {
+    std::optional<insert_result> found;
+    try {
+        auto find = [tenant = req.tenant, idem = req.idem](store& s) {
+            return s.find_idempotency(tenant, idem);
+        };
+        found = co_await fw_.db().run(std::move(find));
+    } catch (const std::exception& e) {
+        log::warn("cannot look up an Idempotency-Key",
+                  {{"session_id", req.session_id}, {"error", e.what()}});
+    }
+    if (!found) co_return std::nullopt;
+    co_return earlier_answer(*found, req.session_id, req.on_stored);
+}
 
 asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (draining()) co_return api_error{errc::draining, "the daemon is shutting down"};
@@ -860,7 +889,10 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (auto bad = impl_->check_deliver(req.deliver)) co_return std::move(*bad);
     if (!valid_tenant_name(req.tenant))
         co_return api_error{errc::invalid_request, "invalid tenant name: " + req.tenant};
-    // Before anything is stored: a refused message was never accepted, nothing is dropped.
+    // Before anything is stored: a refused message was never accepted, nothing is dropped. A
+    // spent tokens_per_day still lets the replay of a message accepted earlier find its turn.
+    if (!req.idem.key.empty() && impl_->quotas.tokens_spent(req.tenant))
+        if (auto earlier = co_await find_replay(req)) co_return std::move(*earlier);
     if (auto refused = impl_->quotas.admit(req.tenant)) co_return std::move(*refused);
 
     turn_record rec;
@@ -904,12 +936,7 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
     if (stored.outcome != insert_outcome::inserted) {
         impl_->actors.release(*actor, slot);
         impl_->kick(actor);
-        if (stored.outcome == insert_outcome::key_reused)
-            co_return api_error{errc::idempotency_key_reused,
-                                "this Idempotency-Key was already used with another request"};
-        accepted replay{stored.turn_id, rec.session_id, true};
-        if (req.on_stored) req.on_stored(replay);
-        co_return replay;
+        co_return earlier_answer(stored, rec.session_id, req.on_stored);
     }
     accepted ok{rec.turn_id, rec.session_id, false};
     if (req.on_stored) req.on_stored(ok);
@@ -963,12 +990,10 @@ runtime::accept_for_cluster(turn_record rec, idempotency idem,
         impl_->actors.release(*actor, slot);
         impl_->kick(actor);
     }
-    if (stored.outcome == insert_outcome::key_reused)
-        co_return api_error{errc::idempotency_key_reused,
-                            "this Idempotency-Key was already used with another request"};
-    accepted ok{stored.turn_id, rec.session_id, stored.outcome == insert_outcome::replayed};
+    if (stored.outcome != insert_outcome::inserted)
+        co_return earlier_answer(stored, rec.session_id, on_stored);
+    accepted ok{stored.turn_id, rec.session_id, false};
     if (on_stored) on_stored(ok);
-    if (ok.replayed) co_return ok;
     if (own) impl_->turns.live(rec);
     fw_.metrics().turn_accepted();
     impl_->hub.open(rec.turn_id, session_of(rec))->publish_text("turn.queued", "{}");

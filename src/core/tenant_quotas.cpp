@@ -40,8 +40,7 @@ std::optional<api_error> tenant_quotas::admit(const std::string& tenant) {
     const auto& l = fixed;
     if (l.tokens_per_day > 0) {
         auto utc = clk_->utc_ms();
-        roll(s, utc_day(utc));
-        if (s.tokens_today >= l.tokens_per_day) {
+        if (spent(s, l, utc)) {
             ++s.quota_exceeded;
             auto to_midnight = (utc_day(utc) + 1) * ms_per_day - utc;
             api_error e{errc::quota_exceeded, "tenant " + tenant + " has used its " +
@@ -71,6 +70,19 @@ std::optional<api_error> tenant_quotas::admit(const std::string& tenant) {
         s.tat_set = true;
     }
     return std::nullopt;
+}
+
+bool tenant_quotas::tokens_spent(const std::string& tenant) {
+    const auto& l = limits(tenant);
+    if (l.tokens_per_day <= 0) return false;
+    std::lock_guard lock(mutex_);
+    auto it = tenants_.find(tenant);
+    return it != tenants_.end() && spent(it->second, l, clk_->utc_ms());
+}
+
+bool tenant_quotas::spent(state& s, const tenant_limits& l, time_ms utc) {
+    roll(s, utc_day(utc));
+    return l.tokens_per_day > 0 && s.tokens_today >= l.tokens_per_day;
 }
 
 void tenant_quotas::add_usage(const std::string& tenant, time_ms at, const baton::usage& u) {

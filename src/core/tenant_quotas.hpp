@@ -34,6 +34,8 @@ public:
     // quota_exceeded: its tokens_per_day are spent), with its Retry-After. A message let through
     // takes its place in the rate.
     std::optional<api_error> admit(const std::string& tenant);
+    // True when admit() would answer quota_exceeded now (nothing counted).
+    bool tokens_spent(const std::string& tenant);
 
     // A turn ended: its tokens and one turn count for the tenant's day.
     void add_usage(const std::string& tenant, time_ms at, const baton::usage& u);
@@ -74,6 +76,8 @@ private:
     };
     state& of(const std::string& tenant);
     void roll(state& s, std::int64_t today);
+    // Under mutex_: the tenant's tokens_per_day are spent at `utc` (the day rolled first).
+    bool spent(state& s, const tenant_limits& l, time_ms utc);
 
     const std::map<std::string, tenant_limits> limits_;
     std::shared_ptr<baton::clock> clk_;

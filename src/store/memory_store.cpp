@@ -168,13 +168,8 @@ public:
         std::lock_guard<short_mutex> lock(mutex_);
         // A key is the tenant's: "<tenant>/<key>".
         std::string idem_key = idem.key.empty() ? std::string() : t.tenant + "/" + idem.key;
-        if (!idem.key.empty()) {
-            if (auto it = idem_.find(idem_key); it != idem_.end()) {
-                auto outcome = it->second.fingerprint == idem.fingerprint ? insert_outcome::replayed
-                                                                          : insert_outcome::key_reused;
-                return {outcome, it->second.turn_id};
-            }
-        }
+        if (!idem.key.empty())
+            if (auto found = find_key(idem_key, idem)) return *found;
         // Checked before any change so that a failed insert leaves nothing behind, as a rollback would.
         if (turns_.contains(t.turn_id))
             throw std::runtime_error("memory store: turn id already exists: " + t.turn_id);
@@ -245,6 +240,12 @@ public:
         stored.finished_at = t.finished_at;
         stored.attempt = t.attempt;
         track_unfinished(stored);
+    }
+
+    std::optional<insert_result> find_idempotency(const std::string& tenant,
+                                                  const idempotency& idem) override {
+        std::lock_guard<short_mutex> lock(mutex_);
+        return find_key(tenant + "/" + idem.key, idem);
     }
 
     std::optional<turn_record> get_turn(const std::string& turn_id) override {
@@ -374,6 +375,15 @@ public:
     }
 
 private:
+    // `key`: "<tenant>/<key>". Under mutex_.
+    std::optional<insert_result> find_key(const std::string& key, const idempotency& idem) const {
+        auto it = idem_.find(key);
+        if (it == idem_.end()) return std::nullopt;
+        auto outcome = it->second.fingerprint == idem.fingerprint ? insert_outcome::replayed
+                                                                  : insert_outcome::key_reused;
+        return insert_result{outcome, it->second.turn_id};
+    }
+
     static bool matches(const outbox_item& o, const outbox_filter& f) {
         if (!f.statuses.empty() &&
             std::find(f.statuses.begin(), f.statuses.end(), o.status) == f.statuses.end())

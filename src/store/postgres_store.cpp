@@ -593,6 +593,11 @@ public:
         return added;
     }
 
+    std::optional<insert_result> find_idempotency(const std::string& tenant,
+                                                  const idempotency& idem) override {
+        return find_key(tenant, idem);
+    }
+
     std::optional<turn_record> get_turn(const std::string& turn_id) override {
         auto r = read_one(q(get_turn_row, {p(turn_id)}));
         if (r.rows() == 0) return std::nullopt;

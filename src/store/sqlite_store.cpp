@@ -315,14 +315,8 @@ public:
     insert_result insert_turn(const turn_record& t, const idempotency& idem) override {
         std::lock_guard lock(mutex_);
         transaction tx(st_, batch_);
-        if (!idem.key.empty()) {
-            query q(st_.find_idem);
-            if (q.bind(1, t.tenant).bind(2, idem.key).step()) {
-                auto outcome = q.text(1) == idem.fingerprint ? insert_outcome::replayed
-                                                             : insert_outcome::key_reused;
-                return {outcome, q.text(0)};
-            }
-        }
+        if (!idem.key.empty())
+            if (auto found = find_key(t.tenant, idem)) return *found;
         // The session row first: the turn's foreign key needs it.
         query(st_.touch_session_for_turn)
             .bind(1, t.session_id)
@@ -460,6 +454,12 @@ public:
                            .run();
         if (changed == 0) throw std::runtime_error("sqlite: unknown turn: " + t.turn_id);
         tx.commit();
+    }
+
+    std::optional<insert_result> find_idempotency(const std::string& tenant,
+                                                  const idempotency& idem) override {
+        std::lock_guard lock(mutex_);
+        return find_key(tenant, idem);
     }
 
     std::optional<turn_record> get_turn(const std::string& turn_id) override {
@@ -654,6 +654,15 @@ public:
     }
 
 private:
+    // Under mutex_.
+    std::optional<insert_result> find_key(const std::string& tenant, const idempotency& idem) {
+        query q(st_.find_idem);
+        if (!q.bind(1, tenant).bind(2, idem.key).step()) return std::nullopt;
+        auto outcome =
+            q.text(1) == idem.fingerprint ? insert_outcome::replayed : insert_outcome::key_reused;
+        return insert_result{outcome, q.text(0)};
+    }
+
     // A group commit's transaction; `bare`: its calls open no savepoint each.
     void begin(bool bare) {
         std::lock_guard lock(mutex_);
