@@ -22,6 +22,11 @@ std::vector<std::string> user_texts(const recorded_request& r) {
     return out;
 }
 
+// A time of a turn record (ISO 8601, milliseconds, UTC: ordered as text).
+std::string at(const json::value& record, std::string_view key) {
+    return std::string(record.at(key).as_string());
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -46,6 +51,12 @@ BOOST_AUTO_TEST_CASE(collect_answers_the_messages_queued_meanwhile_in_one_turn) 
     BOOST_TEST(r3.at("status").as_string() == "completed");
     BOOST_TEST(r2.at("reply").as_string() == "one answer for both");
     BOOST_TEST(r3.at("reply").as_string() == "one answer for both");
+    // Each answered message ran once, started when the turn that answered it started.
+    for (const auto* r : {&r2, &r3}) {
+        BOOST_TEST(r->at("attempt").as_int64() == 1);
+        BOOST_TEST(at(*r, "started_at") >= at(*r, "created_at"));
+        BOOST_TEST(at(*r, "started_at") >= at(r1, "finished_at"));
+    }
     auto reqs = d.model.requests();
     BOOST_TEST_REQUIRE(reqs.size() == 2u); // not three
     auto texts = user_texts(reqs[1]);
@@ -71,6 +82,10 @@ BOOST_AUTO_TEST_CASE(steer_brings_a_message_into_the_running_turn_at_its_next_st
     BOOST_TEST(r1.at("reply").as_string() == "answered both");
     BOOST_TEST(r2.at("status").as_string() == "completed");
     BOOST_TEST(r2.at("reply").as_string() == "answered both");
+    // The steered message started when it joined, after it was stored, and ran once.
+    BOOST_TEST(r2.at("attempt").as_int64() == 1);
+    BOOST_TEST(at(r2, "started_at") >= at(r2, "created_at"));
+    BOOST_TEST(at(r2, "started_at") > at(r1, "started_at"));
     auto reqs = d.model.requests();
     BOOST_TEST_REQUIRE(reqs.size() == 2u);
     BOOST_TEST(!contains(user_texts(reqs[0]), "and in Paris?"));

@@ -437,6 +437,9 @@ runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vect
         log::warn("cannot store steered messages as running", {{"error", e.what()}});
     }
     for (auto& r : ready) {
+        // Its own start, as the store counted it (mark_running), not the carrier's.
+        r.started_at = at;
+        r.attempt += 1;
         if (entry) fold(r, entry, at);
         out.push_back({r.turn_id, r.input.text});
         folded->push_back(std::move(r));
@@ -450,7 +453,8 @@ void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<runnin
     rec.status = turn_status::running;
     rec.started_at = at;
     turns.live(rec);
-    hub.open(rec.turn_id, session_of(rec))->publish_text("turn.started", "{}");
+    hub.open(rec.turn_id, session_of(rec))
+        ->publish_text("turn.started", "{\"attempt\":" + std::to_string(rec.attempt) + "}");
     std::lock_guard lock(running_mutex);
     running[rec.turn_id] = carrier; // cancelling it cancels the turn that carries it
 }
@@ -466,7 +470,7 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
         rec.reply = carrier.reply;
         rec.refusal = carrier.refusal;
         rec.error = carrier.error;
-        rec.started_at = carrier.started_at;
+        if (!rec.started_at) rec.started_at = carrier.started_at;
         co_await store_final(std::move(rec), true, nullptr, abandon);
     }
 }
@@ -515,9 +519,12 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             ids.push_back(rec.turn_id);
             rec.attempt += 1;
         }
-        for (const auto& c : *folded) {
+        for (auto& c : *folded) {
             ids.push_back(c.turn_id);
             progress->folded.push_back(c.turn_id);
+            // Started with this turn, and counted so by the store (store_start).
+            c.started_at = rec.started_at;
+            c.attempt += 1;
         }
         if (!ids.empty()) co_await store_start(ids, *rec.started_at);
         turns.live(rec);
