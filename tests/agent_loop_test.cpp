@@ -288,6 +288,8 @@ BOOST_AUTO_TEST_CASE(the_turn_deadline_ends_it_timed_out_keeping_what_it_had) {
     BOOST_TEST(t.steps == 1);
     BOOST_REQUIRE_EQUAL(f.tape().size(), 3u + 1u); // user, tool_call, tool_result, error: saved anyway
     BOOST_TEST(f.tape().back().payload.at("code").as_string() == "timed_out");
+    // Said in words, not as Boost's error with its source location.
+    BOOST_TEST(f.tape().back().payload.at("message").as_string() == "the turn ran past turn_timeout_ms");
 }
 
 BOOST_AUTO_TEST_CASE(cancel_stops_running_and_queued_turns) {
@@ -305,6 +307,7 @@ BOOST_AUTO_TEST_CASE(cancel_stops_running_and_queued_turns) {
     BOOST_TEST((f.wait(running).status == turn_status::stopped));
     BOOST_TEST((f.wait(queued).status == turn_status::stopped));
     BOOST_TEST(f.tape().back().payload.at("code").as_string() == "stopped");
+    BOOST_TEST(f.tape().back().payload.at("message").as_string() == "the turn was stopped");
     BOOST_TEST(f.model->requests.size() == 1u); // the queued one never ran
     auto again = asio::co_spawn(f.ctx, f.rt.cancel(running), asio::use_future).get();
     BOOST_REQUIRE(again);

@@ -321,6 +321,14 @@ BOOST_FIXTURE_TEST_CASE(client_error_is_not_retried, openai_fixture) {
     BOOST_TEST(contains(msg, "HTTP 400: Invalid 'messages': empty"), msg);
     BOOST_TEST(server.requests().size() == 1u);
     BOOST_TEST(server.pending() == 1u);
+    // 408 (request timeout) and 409 (conflict) are, as OpenAI's SDKs retry them.
+    BOOST_TEST(complete().text == "never sent"); // the next call takes it
+    for (unsigned status : {408u, 409u}) {
+        server.push(fake_reply::error(status, "try again"));
+        server.push(fake_reply::completion("second try"));
+        BOOST_TEST(complete().text == "second try");
+    }
+    BOOST_TEST(server.requests().size() == 6u);
 }
 
 BOOST_FIXTURE_TEST_CASE(slow_answer_times_out_each_attempt, openai_fixture) {
@@ -431,7 +439,29 @@ BOOST_FIXTURE_TEST_CASE(done_in_any_framing_ends_the_stream, openai_fixture) {
     cut.pieces = {head + R"(data: {"choices":[{"index":0,"delta":{"content":"more"}}]})"};
     server.push(cut);
     auto msg = model_error();
-    BOOST_TEST(contains(msg, "without [DONE] or a finish_reason"), msg);
+    BOOST_TEST(contains(msg, "the stream ended inside an event"), msg);
+    // Found by a new user's model server: the same whole events, and then the connection lost
+    // before the body's declared end (a Content-Length or a chunked body not finished). All of the
+    // answer had come; the turn failed.
+    for (bool chunked : {false, true}) {
+        BOOST_TEST_CONTEXT("chunked " << chunked) {
+            auto dropped = fake_reply::sse({}, 0, false, false);
+            dropped.pieces = {head, "data: [DONE]\n\n"};
+            dropped.chunked = chunked;
+            dropped.drop_after = head.size();
+            server.push(dropped);
+            auto c = complete();
+            BOOST_TEST(c.text == "Checking.");
+            BOOST_TEST(c.completion_tokens == 5);
+        }
+    }
+    // Lost inside an event instead: the text was shown, so no second attempt.
+    auto broken = fake_reply::sse({}, 0, false, false);
+    broken.pieces = {head + R"(data: {"choices":[{"index":0,"del)", "ta\":{}}]}\n\n"};
+    broken.drop_after = broken.pieces[0].size();
+    server.push(broken);
+    msg = model_error();
+    BOOST_TEST(contains(msg, "after text was delivered"), msg);
 }
 
 // Reasoning is reported apart from the reply (model.reasoning events) and never joins it; it goes

@@ -147,9 +147,12 @@ tape_entry error_entry_of(std::exception_ptr e, const std::string& stop_reason) 
     } catch (const turn_error& e) {
         code = e.code(), message = e.what();
     } catch (const boost::system::system_error& e) {
+        // The code's own message: what() would add Boost's source location for API clients.
         bool aborted = e.code() == asio::error::operation_aborted;
         code = !aborted ? "internal_error" : stop_reason.empty() ? "stopped" : stop_reason;
-        message = e.what();
+        message = !aborted              ? e.code().message()
+                  : code == "timed_out" ? "the turn ran past turn_timeout_ms"
+                                        : "the turn was stopped";
     } catch (const std::exception& e) {
         message = e.what();
     } catch (...) {

@@ -152,11 +152,13 @@ std::optional<milliseconds> retry_after_of(const http_response& r) {
     return std::nullopt;
 }
 
-// A non-200 answer: 429 and 5xx are worth another attempt, any other status is final.
+// A non-200 answer: 408, 409, 429 and 5xx are worth another attempt (as OpenAI's own SDKs
+// judge them: a request timeout, a lock conflict, a rate limit, a server error), any other status
+// is final.
 attempt_result status_failure(const http_response& head, std::string_view body) {
     std::string message = "HTTP " + std::to_string(head.status);
     if (auto detail = server_message(body); !detail.empty()) message += ": " + detail;
-    if (head.status == 429 || head.status >= 500)
+    if (head.status == 408 || head.status == 409 || head.status == 429 || head.status >= 500)
         return failed(outcome::retry, message, retry_after_of(head));
     return failed(outcome::fail, message);
 }
@@ -275,6 +277,11 @@ struct stream_state {
     bool complete() const {
         return error.empty() && (done || (!unfinished && !assembler.result().finish_reason.empty()));
     }
+    // Why an incomplete stream is: it ended inside an event, or had neither ending.
+    std::string_view incomplete_reason() const {
+        return unfinished ? "the stream ended inside an event"
+                          : "the stream ended without [DONE] or a finish_reason";
+    }
 
 private:
     static bool is_done(std::string_view data) {
@@ -383,9 +390,9 @@ private:
                                                  borrowed_body{body}, cfg_.timeout, on_head, on_body);
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
         st.end();
-        // Everything arrived: a connection lost after [DONE] costs nothing.
-        if (st.done && st.error.empty())
-            co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
+        // Everything arrived: a connection lost (or a body cut short) after [DONE], or after a
+        // finish_reason followed by whole events only, costs nothing.
+        if (st.complete()) co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
         if (ec) {
             // The caller has shown the text already: a second attempt would show it twice.
             if (st.delivered)
@@ -403,10 +410,8 @@ private:
         // Otherwise it was cut short (a server that died with a close-delimited body), or was
         // never a stream of chunks at all. As for a broken connection: shown text is never shown
         // twice, so no second attempt.
-        if (!st.complete())
-            co_return failed(st.delivered ? outcome::fail : outcome::retry,
-                             "the stream ended without [DONE] or a finish_reason");
-        co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
+        co_return failed(st.delivered ? outcome::fail : outcome::retry,
+                         std::string(st.incomplete_reason()));
     }
 
     asio::any_io_executor ex_;
