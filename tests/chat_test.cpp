@@ -193,6 +193,17 @@ BOOST_AUTO_TEST_CASE(data_dir_keeps_the_conversation_for_the_next_chat) {
     auto s = f.request("GET", "/v1/sessions/kept");
     BOOST_TEST(s.status == 200u, s.body);
     BOOST_TEST(int_at(body_object(s), "turns") == 1);
+    // While it runs, neither a chat nor a second daemon may use that database (they would take
+    // its running turns for abandoned).
+    for (std::vector<std::string> args : {std::vector<std::string>{"chat", "--data", data},
+                                          {"serve", "--listen", "127.0.0.1:0", "--data", data}}) {
+        cli_process p(args);
+        (void)p.write("hello\n"); // it may exit before it reads
+        BOOST_TEST(p.wait(20s) == 1, args.front() << ": " << p.output());
+        BOOST_TEST(p.output().find("is in use by another baton process") != std::string::npos,
+                   p.output());
+    }
+    BOOST_TEST(f.request("GET", "/readyz").status == 200u);
 }
 
 BOOST_AUTO_TEST_CASE(an_unreachable_daemon_exits_1) {

@@ -480,6 +480,57 @@ BOOST_AUTO_TEST_CASE(a_turn_running_on_one_node_is_followed_over_sse_from_the_ot
     BOOST_TEST(runner_metrics.find("baton_cluster_relayed_events_sent_total 0") == std::string::npos);
 }
 
+// Found by a new user: with the message accepted by a node that is not the owner, the runner
+// relayed the turn's events for that node already, and a reader on a third node got only what came
+// after it connected (its request for the start was not answered). Now it gets the whole stream.
+BOOST_AUTO_TEST_CASE(a_reader_on_a_third_node_gets_the_turn_from_its_start) {
+    if (!have_cluster()) return;
+    fake_openai model;
+    model.set_handler([](const recorded_request&) {
+        auto r = fake_reply::stream_text({"one ", "two ", "three ", "four"});
+        r.piece_delay = std::chrono::milliseconds(600);
+        return r;
+    });
+    cluster_nodes c(&model);
+    c.start(3);
+    auto first = c.request(0, "POST", "/v1/sessions/f3/messages?wait=10", text_body("hello"));
+    BOOST_TEST_REQUIRE(first.status == 200u, first.body);
+    auto owner = pg_rows(c.schema.conninfo(), "SELECT owner FROM sessions WHERE session_id = 'f3'", 1);
+    std::size_t runs_on = 0;
+    while (runs_on < 3 && c.node_log(runs_on).find(owner.at(0).at(0)) == std::string::npos)
+        ++runs_on;
+    BOOST_TEST_REQUIRE(runs_on < 3u);
+    std::size_t accepts = (runs_on + 1) % 3, reads = (runs_on + 2) % 3;
+    auto r = c.request(accepts, "POST", "/v1/sessions/f3/messages", text_body("again"));
+    BOOST_TEST_REQUIRE(r.status == 202u, r.body);
+    auto tid = json_field(r.body, "turn_id");
+    auto queued = c.request(accepts, "POST", "/v1/sessions/f3/messages", text_body("and again"));
+    BOOST_TEST_REQUIRE(queued.status == 202u, queued.body);
+    // Once the first delta is out (the answer takes ~3 s), whatever the exact moment.
+    std::this_thread::sleep_for(std::chrono::milliseconds(900));
+    // Every node says what the session is doing, not only its owner (found by the same user: the
+    // others answered busy false, queued 0).
+    for (std::size_t n = 0; n < 3; ++n) {
+        auto s = c.request(n, "GET", "/v1/sessions/f3");
+        BOOST_TEST_REQUIRE(s.status == 200u, s.body);
+        auto v = json::parse(s.body).as_object();
+        BOOST_TEST(v.at("busy").as_bool(), n << ": " << s.body);
+        BOOST_TEST(v.at("queued").as_int64() == 1, n << ": " << s.body);
+    }
+    // A node that does not run it cannot cancel it, and says why.
+    auto cancel = c.request(reads, "POST", "/v1/turns/" + tid + "/cancel");
+    BOOST_TEST(cancel.status == 409u, cancel.body);
+    BOOST_TEST(cancel.body.find("on another node") != std::string::npos, cancel.body);
+    auto& d = *c.nodes[reads];
+    connection sse(d.host(), d.port(), 20s);
+    BOOST_TEST_REQUIRE(sse.write(format_request("GET", "/v1/turns/" + tid + "/events")));
+    auto got = sse.read_until_close().bytes;
+    for (auto part :
+         {"event: turn.started", "\"one \"", "\"two \"", "event: turn.finished", "one two three four"})
+        BOOST_TEST(got.find(part) != std::string::npos, part << " in\n" << got);
+    BOOST_TEST(got.find("event: stream.gap") == std::string::npos, got);
+}
+
 BOOST_AUTO_TEST_CASE(the_database_restarted_under_load_costs_the_nodes_nothing_accepted) {
     if (!have_cluster() || test_pg_dir().empty()) return;
     cluster_nodes c(nullptr, 15000); // a lease longer than the outage

@@ -111,6 +111,32 @@ BOOST_AUTO_TEST_CASE(a_second_node_on_the_same_database_is_refused) {
     BOOST_TEST(second.output.find("another baton node is using this database") != std::string::npos,
                second.output);
     BOOST_TEST(d.request("GET", "/readyz").status == 200u);
+
+    // Found by a new user: a node with "cluster" and one without started beside each other on one
+    // database, and both ran the same turns. Neither starts beside the other now.
+    auto cluster_config = d.dir.root / "cluster.json";
+    json::object cfg{
+        {"storage",
+         {{"postgres", {{"conninfo", d.schema.conninfo()}, {"pool_size", 2}, {"cluster", true}}}}}};
+    write_text_file(cluster_config, json::serialize(cfg));
+    auto clustered =
+        run_baton({"serve", "--listen", "127.0.0.1:0", "--config", cluster_config.string()}, 20s);
+    BOOST_TEST(clustered.exit_code == 1, clustered.output);
+    BOOST_TEST(clustered.output.find("without \"cluster\": true is using this database alone") !=
+                   std::string::npos,
+               clustered.output);
+    BOOST_TEST(d.request("GET", "/readyz").status == 200u);
+    d.daemon->stop();
+    daemon_process node({"serve", "--listen", "127.0.0.1:0", "--config", cluster_config.string()},
+                        d.dir.root / "node.log", 20s);
+    auto alone = run_baton({"serve", "--listen", "127.0.0.1:0", "--config", d.config.string()}, 20s);
+    BOOST_TEST(alone.exit_code == 1, alone.output);
+    BOOST_TEST(alone.output.find("another baton node is using this database") != std::string::npos,
+               alone.output);
+    // Cluster nodes start beside each other as before.
+    daemon_process other({"serve", "--listen", "127.0.0.1:0", "--config", cluster_config.string()},
+                         d.dir.root / "other.log", 20s);
+    BOOST_TEST(connection(other.host(), other.port(), 20s).request("GET", "/readyz").status == 200u);
 }
 
 BOOST_AUTO_TEST_CASE(a_password_in_the_conninfo_is_a_config_error) {

@@ -1090,4 +1090,28 @@ BOOST_AUTO_TEST_CASE(open_errors_throw_runtime_error) {
         BOOST_CHECK_NO_THROW(make_sqlite_store({.path = dir.db_path(), .synchronous = mode}));
 }
 
+// Found by a new user: a second `baton serve` on the same --data started, took the first one's
+// running turn for abandoned and ran it again, and took its outbox. One store at a time now.
+BOOST_AUTO_TEST_CASE(a_second_store_on_one_database_is_refused_until_the_first_closes) {
+    temp_dir dir;
+    auto first = open_store("sqlite", dir);
+    first->insert_turn(make_turn("t_1", "s1"), {});
+    try {
+        make_sqlite_store({.path = dir.db_path()});
+        BOOST_FAIL("a second store opened the database");
+    } catch (const std::runtime_error& e) {
+        BOOST_TEST(std::string(e.what()).find("is in use by another baton process") != std::string::npos,
+                   e.what());
+    }
+    // The first is untouched (its connection's own locks too: it still writes).
+    first->insert_turn(make_turn("t_2", "s1"), {});
+    BOOST_TEST(first->unfinished_turns().size() == 2u);
+    // Other readers are not held.
+    raw_db raw(dir.db_path());
+    BOOST_TEST(raw.scalar("SELECT count(*) FROM turns") == "2");
+    first.reset();
+    auto second = open_store("sqlite", dir);
+    BOOST_TEST(second->unfinished_turns().size() == 2u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

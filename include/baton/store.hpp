@@ -118,6 +118,15 @@ public:
     // Asks the node running the turn to relay its events here (never blocks).
     virtual void follow(const std::string& turn_id) = 0;
 
+    // A store call (blocking): what the database says of a session's turns, wherever they run:
+    // one running (`busy`), and how many wait (`queued`). For GET /v1/sessions/{sid} on a node
+    // that does not run them.
+    struct activity {
+        bool busy = false;
+        std::int64_t queued = 0;
+    };
+    virtual activity session_activity(const session_ref& session) = 0;
+
     // For /metrics.
     struct stats {
         std::int64_t live_nodes = 0;       // nodes whose lease holds, this one included

@@ -157,7 +157,19 @@ struct runtime::impl {
     // On cluster_strand:
     std::unique_ptr<asio::steady_timer> claim_timer;
     bool claim_again = false;
-    std::unordered_map<std::string, std::int64_t> relayed_seen; // turn -> last source seq applied
+    // A turn's relayed events in the runner's order: each source seq is applied once, the next
+    // after the last applied; one that comes early (a live event before the replay a follower
+    // asked for, or notifications that crossed) waits for the ones before it, for 1 s at most.
+    struct relayed_order {
+        std::int64_t seen = 0;                                             // last source seq applied
+        std::map<std::int64_t, std::pair<std::string, std::string>> early; // seq -> type, data
+        std::chrono::steady_clock::time_point early_since{};
+    };
+    std::unordered_map<std::string, relayed_order> relayed_seen;
+    // Applies what waited and may go now: the next in order, or any past the bound.
+    void apply_early(relayed_order& o, turn_log& log);
+    // Applies what waited in order (with its gap: those before it are not coming), then forgets it.
+    void flush_relayed(const std::string& turn_id, turn_log* log);
     std::unordered_map<std::string, std::chrono::steady_clock::time_point> watched; // followed early
     // Under relay_mutex: turns claimed here and not finished, and those whose events go out.
     std::mutex relay_mutex;
@@ -834,6 +846,12 @@ asio::awaitable<std::optional<api_error>> runtime::cancel(std::string turn_id, s
     }
     // It may have started meanwhile.
     if (impl_->signal_running(turn_id, tenant)) co_return std::nullopt;
+    // Several nodes: a turn that has not ended runs (or waits) on another node, which alone can
+    // stop it. Found by a new user: this said "has already finished" of a running turn.
+    if (impl_->cl && !is_terminal(rec->status))
+        co_return api_error{errc::turn_not_running,
+                            "turn " + turn_id + " is " + std::string(to_string(rec->status)) +
+                                " on another node: cancel it on the node that runs its session"};
     co_return api_error{errc::turn_not_running, "turn " + turn_id + " has already finished"};
 }
 
@@ -1045,6 +1063,14 @@ asio::awaitable<std::optional<session_view>> runtime::get_session(session_ref se
     auto live = impl_->actors.status(session.key());
     v.busy = live.busy;
     v.queued = live.queued;
+    // Several nodes: a session idle here may run on its owner; the database knows. Found by a
+    // new user: a node that was not the owner answered busy false, queued 0.
+    if (impl_->cl && !v.busy && v.queued == 0) {
+        auto ask = [c = impl_->cl, session](store&) { return c->session_activity(session); };
+        auto a = co_await fw_.db().run(std::move(ask));
+        v.busy = a.busy;
+        v.queued = a.queued;
+    }
     co_return v;
 }
 
@@ -1294,12 +1320,24 @@ asio::awaitable<std::size_t> runtime::impl::claim_once() {
 }
 
 void runtime::impl::start_relay(const std::string& turn_id, const session_ref& session, bool replay) {
+    auto* c = cl;
+    auto replay_log = [&] {
+        // What it published before: receivers drop the seqs they have.
+        if (auto log = hub.find(turn_id))
+            for (auto& e : log->read_after(0, std::numeric_limits<std::size_t>::max()).events)
+                c->relay({turn_id, session, e->type, e->data, e->seq, {}});
+    };
     {
         std::lock_guard lock(relay_mutex);
-        if (relaying.count(turn_id)) return;
+        if (relaying.count(turn_id)) {
+            // Relayed already (for the node that accepted it): a new follower still needs the
+            // start. Found by a new user, whose reader on a third node got only what came after
+            // it connected.
+            if (replay) replay_log();
+            return;
+        }
         relaying[turn_id] = {session, 0};
     }
-    auto* c = cl;
     auto id = hub.listen(session, [this, c, turn_id](const turn_log& log, const event_ptr& e) {
         if (log.turn_id() != turn_id) return;
         c->relay({log.turn_id(), log.session(), e->type, e->data, e->seq, {}});
@@ -1309,11 +1347,7 @@ void runtime::impl::start_relay(const std::string& turn_id, const session_ref& s
         std::lock_guard lock(relay_mutex);
         relaying[turn_id].second = id;
     }
-    // What it published before: receivers drop the seqs they have.
-    if (replay)
-        if (auto log = hub.find(turn_id))
-            for (auto& e : log->read_after(0, std::numeric_limits<std::size_t>::max()).events)
-                c->relay({turn_id, session, e->type, e->data, e->seq, {}});
+    if (replay) replay_log();
 }
 
 void runtime::impl::stop_relay(const std::string& turn_id) {
@@ -1332,7 +1366,7 @@ void runtime::impl::stop_relay(const std::string& turn_id) {
 void runtime::impl::on_relayed(relayed_event e) {
     asio::post(cluster_strand, [this, e = std::move(e)]() mutable {
         if (e.type == "turn.finished") {
-            relayed_seen.erase(e.turn_id);
+            flush_relayed(e.turn_id, hub.find(e.turn_id).get());
             bool wanted = hub.find(e.turn_id) != nullptr;
             if (!wanted) {
                 std::lock_guard lock(waiters_mutex);
@@ -1344,11 +1378,47 @@ void runtime::impl::on_relayed(relayed_event e) {
         }
         auto log = hub.find(e.turn_id);
         if (!log) return;
-        auto& seen = relayed_seen[e.turn_id];
-        if (e.seq != 0 && e.seq <= seen) return;
-        seen = e.seq;
-        log->publish_text(e.type, std::move(e.data));
+        if (e.seq == 0) {
+            log->publish_text(e.type, std::move(e.data));
+            return;
+        }
+        auto& o = relayed_seen[e.turn_id];
+        if (e.seq <= o.seen) return;
+        if (e.seq > o.seen + 1) {
+            if (o.early.empty()) o.early_since = std::chrono::steady_clock::now();
+            o.early.emplace(e.seq, std::pair(std::move(e.type), std::move(e.data)));
+        } else {
+            o.seen = e.seq;
+            log->publish_text(e.type, std::move(e.data));
+        }
+        apply_early(o, *log);
     });
+}
+
+void runtime::impl::apply_early(relayed_order& o, turn_log& log) {
+    const auto now = std::chrono::steady_clock::now();
+    for (;;) {
+        while (!o.early.empty() && o.early.begin()->first <= o.seen + 1) {
+            auto node = o.early.extract(o.early.begin());
+            if (node.key() <= o.seen) continue;
+            o.seen = node.key();
+            log.publish_text(node.mapped().first, std::move(node.mapped().second));
+            o.early_since = now;
+        }
+        // Bounded: past 1 s (or 4096 events) what is missing is not coming.
+        if (o.early.empty() || (now - o.early_since < std::chrono::seconds(1) && o.early.size() <= 4096))
+            return;
+        o.seen = o.early.begin()->first - 1;
+    }
+}
+
+void runtime::impl::flush_relayed(const std::string& turn_id, turn_log* log) {
+    auto it = relayed_seen.find(turn_id);
+    if (it == relayed_seen.end()) return;
+    if (log)
+        for (auto& [seq, e] : it->second.early)
+            if (seq > it->second.seen) log->publish_text(e.first, std::move(e.second));
+    relayed_seen.erase(it);
 }
 
 // Another node ended a turn this node has a log or waiters for: the stored record tells how.
@@ -1405,6 +1475,9 @@ asio::awaitable<void> runtime::impl::follow_end(std::string turn_id) {
         co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         auto log = hub.find(turn_id);
         if (!log || log->read_after(std::numeric_limits<std::int64_t>::max(), 1).finished) co_return;
+        // Relayed events that waited past their bound go out even while no other event comes.
+        if (auto it = relayed_seen.find(turn_id); it != relayed_seen.end())
+            apply_early(it->second, *log);
         auto get = [id = turn_id](store& s) { return s.get_turn(id); };
         std::optional<turn_record> rec;
         try {
@@ -1415,7 +1488,7 @@ asio::awaitable<void> runtime::impl::follow_end(std::string turn_id) {
         if (!rec) co_return;
         if (!is_terminal(rec->status)) continue;
         // Through the relay path's own end, so that it is published once.
-        relayed_seen.erase(turn_id);
+        flush_relayed(turn_id, log.get());
         co_await relayed_end(turn_id);
         co_return;
     }

@@ -120,6 +120,7 @@ enum stmt : int {
     claim_outbox_rows,
     forget_nodes_row,
     notify_row,
+    session_activity_row,
     stmt_count
 };
 
@@ -258,6 +259,9 @@ detail::pg_statement_table make_statements() {
                            "AND heartbeat_at > clock_timestamp() - lease_ms * interval '1 millisecond'";
     t.sql[live_nodes_row] = "SELECT count(*) FROM (" + live_nodes + ") live";
     t.sql[leave_row] = "UPDATE baton_nodes SET heartbeat_at = '-infinity' WHERE node = $1";
+    t.sql[session_activity_row] =
+        "SELECT count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'queued') "
+        "FROM turns WHERE tenant = $1 AND session_id = $2 AND status IN ('queued', 'running')";
     // After a message is stored: its session's owner is told (nobody when it is this node, $3),
     // every node when the session has none or its owner is dead. Returns the owner and whether
     // its lease holds.
@@ -400,14 +404,18 @@ public:
         thread_ = std::thread([this] { ioc_.run(); });
         try {
             migrate();
+            // A cluster node holds the schema's node lock shared, a node without `cluster` holds
+            // it alone: neither kind starts beside the other (both would run the same turns).
+            if (opts_.cluster && !on_loop([this]() { return connect_cluster_probe(); }))
+                throw std::runtime_error(alone_node_message);
             if (opts_.cluster) join_cluster();
             // The probe's first round: connected, and (exclusive) holding the node lock.
             // (A cluster node's probe connects in cluster_loop, where it LISTENs.)
             if (!opts_.cluster) on_loop([this]() { return probe_once(); });
             if (opts_.exclusive && !node_lock_.load())
                 throw std::runtime_error(
-                    "postgres: another baton node is using this database (schema's node lock "
-                    "held); several nodes on one database are not supported yet");
+                    "postgres: another baton node is using this database (the schema's node lock "
+                    "is held); several nodes on one database each need \"cluster\": true");
             if (auto why = unavailable()) throw store_unavailable(*why);
             asio::co_spawn(ioc_, probe_loop(), asio::detached);
         } catch (...) {
@@ -1219,21 +1227,44 @@ private:
         if (opts_.on_lease_lost) opts_.on_lease_lost(why);
     }
 
+    static constexpr const char* alone_node_message =
+        "postgres: a baton node without \"cluster\": true is using this database alone (the "
+        "schema's node lock is held); stop it, or give it \"cluster\": true too";
+
+    // The cluster probe's connection: it holds the schema's node lock shared for as long as it
+    // lives (false: a node without `cluster` holds it), and listens for claims and events.
+    asio::awaitable<bool> connect_cluster_probe() {
+        probe_ = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
+        co_await probe_->connect(opts_.conninfo, opts_.connect_timeout);
+        std::vector<pg_query> qs{
+            sql("SELECT pg_try_advisory_lock_shared(hashtext(current_schema() || '.baton_node'))"),
+            sql("LISTEN baton_claim"), sql("LISTEN baton_events"), sql("LISTEN baton_watch")};
+        auto r = co_await probe_->exec(qs, opts_.connect_timeout);
+        co_return r.front().text(0, 0) == "t";
+    }
+
     // The probe of a cluster node: its own connection LISTENs for work, relayed events and
     // followers, and renews the lease every probe_interval.
     asio::awaitable<void> cluster_loop() {
         auto renew_at = clock::now();
         bool failed = false;
+        bool fresh = probe_ && probe_->ok(); // connected at open
         while (!stopping_ && !lost_.load()) {
             try {
                 if (!probe_ || !probe_->ok()) {
-                    probe_ = std::make_unique<pg_connection>(ioc_.get_executor(), statements_);
-                    co_await probe_->connect(opts_.conninfo, opts_.connect_timeout);
-                    std::vector<pg_query> listen{sql("LISTEN baton_claim"), sql("LISTEN baton_events"),
-                                                 sql("LISTEN baton_watch")};
-                    co_await probe_->exec(listen, opts_.connect_timeout);
+                    // Reconnected after the database went away: a node without `cluster` may
+                    // have taken it meanwhile. This node's turns are then that node's.
+                    if (!co_await connect_cluster_probe()) {
+                        lose_lease("a node without \"cluster\" took the database while this "
+                                   "one was disconnected");
+                        break;
+                    }
+                    fresh = true;
+                }
+                if (fresh) {
                     poke(); // what was stored while nobody listened
                     renew_at = clock::now();
+                    fresh = false;
                 }
                 if (clock::now() >= renew_at) {
                     std::vector<pg_query> qs{q(heartbeat_row, {p(node_)}), q(live_nodes_row)};
@@ -1504,6 +1535,10 @@ private:
         void relay(relayed_event e) override { s_.send_relay(std::move(e)); }
         void follow(const std::string& turn_id) override { s_.send_follow(turn_id); }
         stats status() const override { return s_.cluster_stats(); }
+        activity session_activity(const session_ref& session) override {
+            auto r = s_.run_one(q(session_activity_row, {p(session.tenant), p(session.id)}));
+            return {r.int64(0, 0) > 0, r.int64(0, 1)};
+        }
 
     private:
         postgres_store& s_;

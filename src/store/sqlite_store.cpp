@@ -10,8 +10,14 @@
 
 #include <sqlite3.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -43,16 +49,51 @@ std::string checked_synchronous(std::string mode) {
     return mode;
 }
 
-// Opens the file and brings it to the current schema; closes it again if anything fails.
-db_ptr open_database(const sqlite_options& opts) {
-    std::filesystem::path path(opts.path);
-    if (path.has_parent_path()) {
-        std::error_code ec;
-        std::filesystem::create_directories(path.parent_path(), ec);
-        if (ec)
-            throw std::runtime_error("sqlite: cannot create " + path.parent_path().string() + ": " +
-                                     ec.message());
+// One store at a time runs turns on a database: a second one (another `baton serve` on the same
+// --data, or a second store in one program) would take the first one's running turns for
+// abandoned and run them again, and deliver its outbox too. So a store holds flock(2) on
+// "<path>-lock" for its life; the kernel lets go when the process ends, however it ends. A file
+// of its own, not the database: closing any descriptor of the database would drop the process's
+// fcntl(2) locks on it, which are SQLite's. Readers that are not stores (the sqlite3 shell, a
+// backup) take no part and are not held.
+class sole_store {
+public:
+    explicit sole_store(const std::string& db_path) {
+        std::filesystem::path path(db_path);
+        if (path.has_parent_path()) {
+            std::error_code ec;
+            std::filesystem::create_directories(path.parent_path(), ec);
+            if (ec)
+                throw std::runtime_error("sqlite: cannot create " + path.parent_path().string() + ": " +
+                                         ec.message());
+        }
+        if (std::filesystem::is_directory(path))
+            throw std::runtime_error("sqlite: " + db_path + " is a directory");
+        const std::string lock_path = db_path + "-lock";
+        fd_ = ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd_ < 0)
+            throw std::runtime_error("sqlite: cannot open " + lock_path + ": " + std::strerror(errno));
+        if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+            const int err = errno;
+            ::close(fd_);
+            if (err == EWOULDBLOCK)
+                throw std::runtime_error("sqlite: " + db_path +
+                                         " is in use by another baton process (or another store in "
+                                         "this one); one at a time may run turns on a database");
+            throw std::runtime_error("sqlite: cannot lock " + lock_path + ": " + std::strerror(err));
+        }
     }
+    ~sole_store() { ::close(fd_); }
+    sole_store(const sole_store&) = delete;
+    sole_store& operator=(const sole_store&) = delete;
+
+private:
+    int fd_ = -1;
+};
+
+// Opens the file (its directory exists: sole_store made it) and brings it to the current schema;
+// closes it again if anything fails.
+db_ptr open_database(const sqlite_options& opts) {
     sqlite3* raw = nullptr;
     // NOMUTEX: the store's own mutex already serialises every use of the connection. The VFS
     // writes a commit's WAL frames in one system call (sqlite_wal_vfs.hpp).
@@ -308,7 +349,8 @@ std::optional<std::string> optional_key(const std::string& s) {
 
 class sqlite_store final : public store {
 public:
-    explicit sqlite_store(const sqlite_options& opts) : db_(open_database(opts)), st_(db_.get()) {}
+    explicit sqlite_store(const sqlite_options& opts)
+        : sole_(opts.path), db_(open_database(opts)), st_(db_.get()) {}
 
     bool blocking() const override { return true; }
 
@@ -672,6 +714,7 @@ private:
 
     std::recursive_mutex mutex_; // recursive: end_turn makes the other writes inside its own
     batch_state batch_;
+    sole_store sole_; // first: held until the connection has closed
     db_ptr db_; // declared before st_: statements are finalised before the connection closes
     statements st_;
 };
