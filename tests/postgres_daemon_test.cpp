@@ -159,6 +159,16 @@ BOOST_AUTO_TEST_CASE(a_password_in_the_conninfo_is_a_config_error) {
     r = run_baton({"serve", "--listen", "127.0.0.1:0", "--config", path.string()});
     BOOST_TEST(r.exit_code == 1, r.output);
     BOOST_TEST(r.output.find("BATON_TEST_NO_SUCH_VAR") != std::string::npos, r.output);
+    // Found by a new user: check-config said ok for a conninfo libpq refuses (serve then exited 1).
+    for (std::string conninfo : {"host=127.0.0.1 bogus=1", "postgresql://[::1"}) {
+        json::object cfg{{"storage", {{"postgres", {{"conninfo", conninfo}}}}}};
+        write_text_file(path, json::serialize(cfg));
+        r = run_baton({"check-config", path.string()});
+        BOOST_TEST(r.exit_code == 2, conninfo << ": " << r.output);
+        BOOST_TEST(r.output.find("storage.postgres.conninfo: ") != std::string::npos, r.output);
+        if (conninfo.find("bogus") != std::string::npos)
+            BOOST_TEST(r.output.find("\"bogus\"") != std::string::npos, r.output); // libpq's words
+    }
 }
 
 BOOST_AUTO_TEST_CASE(the_database_restarted_under_load_loses_nothing_accepted) {

@@ -113,6 +113,12 @@ BOOST_AUTO_TEST_CASE(unknown_channels_and_targets_are_refused_before_anything_is
     check_error(post({{"channel", "webhook"}}), 400, "invalid_request");
     msg = check_error(post({{"channel", "pigeon"}, {"to", "x"}}), 400, "invalid_request");
     BOOST_TEST(msg.find("pigeon") != std::string::npos, msg);
+    // Found by a new user: a `to` for http or ws was taken and ignored (the reply went to the
+    // sender's session). Neither has a recipient to name.
+    for (const char* channel : {"http", "ws"}) {
+        msg = check_error(post({{"channel", channel}, {"to", "other-session"}}), 400, "invalid_request");
+        BOOST_TEST(msg.find("deliver.to: ") != std::string::npos, msg);
+    }
     BOOST_TEST(d.request("GET", "/v1/sessions/refused").status == 404u);
     // http needs no recipient and is always there.
     auto ok = post({{"channel", "http"}});

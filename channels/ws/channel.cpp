@@ -33,8 +33,12 @@ std::string error_frame(std::string_view id, const api_error& e) {
 }
 
 channel::channel(runtime& rt, options o) : rt_(rt), opts_(o) {
-    // A ws reply goes to whoever follows its session: there is no recipient to name.
-    rt_.add_route("ws", [](std::string_view) { return std::optional<std::string>(); });
+    // A ws reply goes to whoever follows its session: there is no recipient to name, and one
+    // named is refused rather than ignored.
+    rt_.add_route("ws", [](std::string_view to) -> std::optional<std::string> {
+        if (to.empty()) return std::nullopt;
+        return "the ws channel delivers to the session's own followers: give no to";
+    });
 }
 
 channel::~channel() {

@@ -297,5 +297,8 @@ struct postgres_options {
     std::function<void(const std::string& why)> on_lease_lost;
 };
 std::unique_ptr<store> make_postgres_store(const postgres_options& opts);
+// Why libpq would refuse `conninfo` before connecting (an unknown keyword, a malformed URI), or
+// nullopt. Loads libpq (std::runtime_error when it cannot). For `baton check-config`.
+std::optional<std::string> postgres_conninfo_error(const std::string& conninfo);
 
 } // namespace baton

@@ -5,6 +5,7 @@
 
 #include <baton/auth.hpp>
 #include <baton/config.hpp>
+#include <baton/store.hpp>
 #include <baton/types.hpp>
 
 #include <boost/json/serialize.hpp>
@@ -198,6 +199,24 @@ int check_config(const std::vector<std::string>& args) {
     for (const auto& w : result.warnings)
         std::cout << args[0] << ": warning: " << w.to_string() << "\n";
     if (!result.errors.empty()) return 2;
+    // The conninfo as libpq reads it at start (the value of conninfo_env when it is set here).
+    if (result.cfg.storage.type == baton::storage_config::kind::postgres) {
+        std::string path = "storage.postgres.conninfo", conninfo = result.cfg.storage.postgres_conninfo;
+        if (const auto& env = result.cfg.storage.postgres_conninfo_env; !env.empty()) {
+            const char* v = std::getenv(env.c_str());
+            path = "storage.postgres.conninfo_env (" + env + ")";
+            conninfo = v ? v : "";
+        }
+        try {
+            if (auto why = conninfo.empty() ? std::nullopt : baton::postgres_conninfo_error(conninfo)) {
+                std::cout << args[0] << ": " << path << ": " << *why << "\n";
+                return 2;
+            }
+        } catch (const std::exception& e) {
+            std::cout << args[0] << ": " << path << ": " << e.what() << "\n";
+            return 2;
+        }
+    }
     // The files it names are read as `serve` would read them at start.
     if (const auto& tls = result.cfg.server.tls) {
         try {

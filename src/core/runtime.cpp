@@ -248,7 +248,11 @@ std::optional<api_error> runtime::impl::check_deliver(const json::value& deliver
     std::string_view channel, to;
     if (auto* c = d->if_contains("channel"); c && c->is_string()) channel = c->get_string();
     if (auto* t = d->if_contains("to"); t && t->is_string()) to = t->get_string();
-    if (channel == "http") return std::nullopt;
+    if (channel == "http")
+        return to.empty() ? std::nullopt
+                          : std::optional(api_error{errc::invalid_request,
+                                                    "deliver.to: the http channel's reply is the turn "
+                                                    "record: give no to"});
     auto it = routes.find(channel);
     if (it == routes.end()) {
         std::string known = "http";

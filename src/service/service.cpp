@@ -47,7 +47,8 @@ std::shared_ptr<store> open_store(const config& cfg,
             const char* v = std::getenv(cfg.storage.postgres_conninfo_env.c_str());
             if (!v || !*v)
                 throw std::invalid_argument("storage.postgres.conninfo_env: the environment variable " +
-                                            cfg.storage.postgres_conninfo_env + " is not set");
+                                            cfg.storage.postgres_conninfo_env +
+                                            (v ? " is empty" : " is not set"));
             o.conninfo = v;
         }
         o.pool_size = static_cast<std::size_t>(cfg.storage.postgres_pool_size);

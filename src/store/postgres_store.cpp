@@ -1593,4 +1593,19 @@ std::unique_ptr<store> make_postgres_store(const postgres_options& opts) {
     return std::make_unique<postgres_store>(opts);
 }
 
+std::optional<std::string> postgres_conninfo_error(const std::string& conninfo) {
+    const auto& api = detail::pq();
+    char* error = nullptr;
+    PQconninfoOption* options = api.PQconninfoParse(conninfo.c_str(), &error);
+    if (options) {
+        api.PQconninfoFree(options);
+        return std::nullopt;
+    }
+    std::string why = error ? error : "libpq cannot parse it";
+    if (error) api.PQfreemem(error);
+    while (!why.empty() && (why.back() == '\n' || why.back() == ' '))
+        why.pop_back();
+    return why;
+}
+
 } // namespace baton

@@ -43,6 +43,8 @@ struct pq_api {
     X(PQfreemem)                                                                                        \
     X(PQsetNoticeProcessor)                                                                             \
     X(PQconnectdb)                                                                                      \
+    X(PQconninfoParse)                                                                                  \
+    X(PQconninfoFree)                                                                                   \
     X(PQexec)
 #define BATON_PQ_MEMBER(name) decltype(&::name) name = nullptr;
     BATON_PQ_FUNCTIONS(BATON_PQ_MEMBER)
