@@ -264,6 +264,33 @@ void check_stored_once(const cluster_nodes& c,
         BOOST_TEST(n == 1, tid);
 }
 
+// Every call answers the deltas one by one, `pause` apart.
+void stream_slowly(fake_openai& model, std::vector<std::string> deltas,
+                   std::chrono::milliseconds pause) {
+    model.set_handler([deltas = std::move(deltas), pause](const recorded_request&) {
+        auto r = fake_reply::stream_text(deltas);
+        r.piece_delay = pause;
+        return r;
+    });
+}
+
+// Sends the session's first message to node 0 and waits for its turn; returns the node that owns
+// the session then (the one its node id appears in the log of).
+std::size_t first_message_and_owner(cluster_nodes& c, const std::string& sid) {
+    auto first = c.request(0, "POST", "/v1/sessions/" + sid + "/messages?wait=10", text_body("hello"));
+    BOOST_TEST_REQUIRE(first.status == 200u, first.body);
+    auto owner =
+        pg_rows(c.schema.conninfo(), "SELECT owner FROM sessions WHERE session_id = '" + sid + "'", 1);
+    auto runner =
+        pg_rows(c.schema.conninfo(), "SELECT node FROM turns WHERE session_id = '" + sid + "'", 1);
+    BOOST_TEST_REQUIRE(owner.at(0).at(0) == runner.at(0).at(0));
+    std::size_t n = 0;
+    while (n < c.nodes.size() && c.node_log(n).find(owner[0][0]) == std::string::npos)
+        ++n;
+    BOOST_TEST_REQUIRE(n < c.nodes.size());
+    return n;
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(postgres_cluster)
@@ -447,22 +474,13 @@ BOOST_AUTO_TEST_CASE(a_message_to_the_owner_of_an_idle_session_runs_there_withou
 BOOST_AUTO_TEST_CASE(a_turn_running_on_one_node_is_followed_over_sse_from_the_other) {
     if (!have_cluster()) return;
     fake_openai model;
-    model.set_handler([](const recorded_request&) {
-        auto r = fake_reply::stream_text({"one ", "two ", "three"});
-        r.piece_delay = std::chrono::milliseconds(300);
-        return r;
-    });
+    stream_slowly(model, {"one ", "two ", "three"}, std::chrono::milliseconds(300));
     cluster_nodes c(&model);
     c.start(2);
     // The session's first message, on node 0, makes node 0 its owner (nobody else claims it
     // first: node 1 is only told once the message is stored, and node 0 looks at once) ...
-    auto first = c.request(0, "POST", "/v1/sessions/f1/messages?wait=10", text_body("hello"));
-    BOOST_TEST_REQUIRE(first.status == 200u, first.body);
-    auto owner = pg_rows(c.schema.conninfo(), "SELECT owner FROM sessions WHERE session_id = 'f1'", 1);
-    auto runner = pg_rows(c.schema.conninfo(), "SELECT node FROM turns WHERE session_id = 'f1'", 1);
-    BOOST_TEST_REQUIRE(owner.at(0).at(0) == runner.at(0).at(0));
     // ... whichever node that is, the next turn is sent to it and followed from the other.
-    std::size_t runs_on = c.node_log(0).find(owner[0][0]) != std::string::npos ? 0 : 1;
+    std::size_t runs_on = first_message_and_owner(c, "f1");
     std::size_t follows = 1 - runs_on;
     auto r = c.request(runs_on, "POST", "/v1/sessions/f1/messages", text_body("again"));
     BOOST_TEST_REQUIRE(r.status == 202u, r.body);
@@ -486,20 +504,10 @@ BOOST_AUTO_TEST_CASE(a_turn_running_on_one_node_is_followed_over_sse_from_the_ot
 BOOST_AUTO_TEST_CASE(a_reader_on_a_third_node_gets_the_turn_from_its_start) {
     if (!have_cluster()) return;
     fake_openai model;
-    model.set_handler([](const recorded_request&) {
-        auto r = fake_reply::stream_text({"one ", "two ", "three ", "four"});
-        r.piece_delay = std::chrono::milliseconds(600);
-        return r;
-    });
+    stream_slowly(model, {"one ", "two ", "three ", "four"}, std::chrono::milliseconds(600));
     cluster_nodes c(&model);
     c.start(3);
-    auto first = c.request(0, "POST", "/v1/sessions/f3/messages?wait=10", text_body("hello"));
-    BOOST_TEST_REQUIRE(first.status == 200u, first.body);
-    auto owner = pg_rows(c.schema.conninfo(), "SELECT owner FROM sessions WHERE session_id = 'f3'", 1);
-    std::size_t runs_on = 0;
-    while (runs_on < 3 && c.node_log(runs_on).find(owner.at(0).at(0)) == std::string::npos)
-        ++runs_on;
-    BOOST_TEST_REQUIRE(runs_on < 3u);
+    std::size_t runs_on = first_message_and_owner(c, "f3");
     std::size_t accepts = (runs_on + 1) % 3, reads = (runs_on + 2) % 3;
     auto r = c.request(accepts, "POST", "/v1/sessions/f3/messages", text_body("again"));
     BOOST_TEST_REQUIRE(r.status == 202u, r.body);
