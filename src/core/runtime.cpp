@@ -158,16 +158,18 @@ struct runtime::impl {
     std::unique_ptr<asio::steady_timer> claim_timer;
     bool claim_again = false;
     // A turn's relayed events in the runner's order: each source seq is applied once, the next
-    // after the last applied; one that comes early (a live event before the replay a follower
-    // asked for, or notifications that crossed) waits for the ones before it, for 1 s at most.
+    // after the last applied (each goes through `early`); one that comes early (a live event before the
+    // replay a follower asked for, or notifications that crossed) waits for the ones before it, for 1 s
+    // at most.
     struct relayed_order {
         std::int64_t seen = 0;                                             // last source seq applied
         std::map<std::int64_t, std::pair<std::string, std::string>> early; // seq -> type, data
         std::chrono::steady_clock::time_point early_since{};
     };
     std::unordered_map<std::string, relayed_order> relayed_seen;
-    // Applies what waited and may go now: the next in order, or any past the bound.
-    void apply_early(relayed_order& o, turn_log& log);
+    // Applies what waited and may go now: the next in order, or any past the bound (`all`: every
+    // one, in order, across the gaps).
+    void apply_early(relayed_order& o, turn_log& log, bool all = false);
     // Applies what waited in order (with its gap: those before it are not coming), then forgets it.
     void flush_relayed(const std::string& turn_id, turn_log* log);
     std::unordered_map<std::string, std::chrono::steady_clock::time_point> watched; // followed early
@@ -1331,16 +1333,17 @@ void runtime::impl::start_relay(const std::string& turn_id, const session_ref& s
             for (auto& e : log->read_after(0, std::numeric_limits<std::size_t>::max()).events)
                 c->relay({turn_id, session, e->type, e->data, e->seq, {}});
     };
+    bool relayed_already = false;
     {
         std::lock_guard lock(relay_mutex);
-        if (relaying.count(turn_id)) {
-            // Relayed already (for the node that accepted it): a new follower still needs the
-            // start. Found by a new user, whose reader on a third node got only what came after
-            // it connected.
-            if (replay) replay_log();
-            return;
-        }
-        relaying[turn_id] = {session, 0};
+        relayed_already = relaying.count(turn_id) > 0;
+        if (!relayed_already) relaying[turn_id] = {session, 0};
+    }
+    if (relayed_already) {
+        // Relayed already (for the node that accepted it): a new follower still needs the start.
+        // Found by a new user, whose reader on a third node got only what came after it connected.
+        if (replay) replay_log();
+        return;
     }
     auto id = hub.listen(session, [this, c, turn_id](const turn_log& log, const event_ptr& e) {
         if (log.turn_id() != turn_id) return;
@@ -1388,18 +1391,13 @@ void runtime::impl::on_relayed(relayed_event e) {
         }
         auto& o = relayed_seen[e.turn_id];
         if (e.seq <= o.seen) return;
-        if (e.seq > o.seen + 1) {
-            if (o.early.empty()) o.early_since = std::chrono::steady_clock::now();
-            o.early.emplace(e.seq, std::pair(std::move(e.type), std::move(e.data)));
-        } else {
-            o.seen = e.seq;
-            log->publish_text(e.type, std::move(e.data));
-        }
+        if (o.early.empty()) o.early_since = std::chrono::steady_clock::now();
+        o.early.emplace(e.seq, std::pair(std::move(e.type), std::move(e.data)));
         apply_early(o, *log);
     });
 }
 
-void runtime::impl::apply_early(relayed_order& o, turn_log& log) {
+void runtime::impl::apply_early(relayed_order& o, turn_log& log, bool all) {
     const auto now = std::chrono::steady_clock::now();
     for (;;) {
         while (!o.early.empty() && o.early.begin()->first <= o.seen + 1) {
@@ -1410,7 +1408,8 @@ void runtime::impl::apply_early(relayed_order& o, turn_log& log) {
             o.early_since = now;
         }
         // Bounded: past 1 s (or 4096 events) what is missing is not coming.
-        if (o.early.empty() || (now - o.early_since < std::chrono::seconds(1) && o.early.size() <= 4096))
+        if (o.early.empty() ||
+            (!all && now - o.early_since < std::chrono::seconds(1) && o.early.size() <= 4096))
             return;
         o.seen = o.early.begin()->first - 1;
     }
@@ -1419,9 +1418,7 @@ void runtime::impl::apply_early(relayed_order& o, turn_log& log) {
 void runtime::impl::flush_relayed(const std::string& turn_id, turn_log* log) {
     auto it = relayed_seen.find(turn_id);
     if (it == relayed_seen.end()) return;
-    if (log)
-        for (auto& [seq, e] : it->second.early)
-            if (seq > it->second.seen) log->publish_text(e.first, std::move(e.second));
+    if (log) apply_early(it->second, *log, true);
     relayed_seen.erase(it);
 }
 

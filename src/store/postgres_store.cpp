@@ -409,8 +409,8 @@ public:
             if (opts_.cluster && !on_loop([this]() { return connect_cluster_probe(); }))
                 throw std::runtime_error(alone_node_message);
             if (opts_.cluster) join_cluster();
-            // The probe's first round: connected, and (exclusive) holding the node lock.
-            // (A cluster node's probe connects in cluster_loop, where it LISTENs.)
+            // The probe's first round: connected, and (exclusive) holding the node lock. (A
+            // cluster node's probe connected above, and cluster_loop reconnects it.)
             if (!opts_.cluster) on_loop([this]() { return probe_once(); });
             if (opts_.exclusive && !node_lock_.load())
                 throw std::runtime_error(
