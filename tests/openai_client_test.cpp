@@ -212,6 +212,49 @@ BOOST_FIXTURE_TEST_CASE(streamed_text_reports_deltas_in_order, openai_fixture) {
     BOOST_TEST(deltas == std::vector<std::string>{"all at once"});
 }
 
+// A 200 is read for what its first bytes are when its Content-Type does not say SSE: servers
+// label streams application/json, or not at all, and some stream although stream:false was asked.
+BOOST_FIXTURE_TEST_CASE(a_body_is_read_for_what_it_is_not_for_its_label, openai_fixture) {
+    auto relabel = [](fake_reply r, std::optional<std::string> type) {
+        r.headers.erase(r.headers.begin());
+        if (type) r.headers.emplace(r.headers.begin(), "Content-Type", *type);
+        return r;
+    };
+    for (bool stream : {true, false}) {
+        cfg.stream = stream;
+        for (std::optional<std::string> type :
+             {std::optional<std::string>("application/json"), std::optional<std::string>()}) {
+            BOOST_TEST_CONTEXT("stream " << stream << ", Content-Type " << type.value_or("none")) {
+                deltas.clear();
+                // Cut mid "data:" so that the first piece alone cannot decide.
+                server.push(relabel(fake_reply::stream_text({"Hel", "lo"}, 3), type));
+                auto r = complete();
+                BOOST_TEST(r.text == "Hello");
+                BOOST_TEST(r.finish_reason == "stop");
+                BOOST_TEST(r.completion_tokens == 5);
+                BOOST_TEST(deltas == (std::vector<std::string>{"Hel", "lo"}));
+
+                deltas.clear();
+                server.push(relabel(fake_reply::completion("whole"), type));
+                BOOST_TEST(complete().text == "whole");
+                BOOST_TEST(deltas == std::vector<std::string>{"whole"});
+            }
+        }
+        // A stream so labelled and cut short is still a stream cut short, and retried.
+        auto cut = relabel(fake_reply::stream_text({"Hel", "lo"}), "text/plain");
+        cut.pieces.resize(1);
+        server.push(cut);
+        server.push(relabel(fake_reply::completion("second"), "text/plain"));
+        BOOST_TEST(complete().text == "second");
+        // And a 200 that is neither is called what it is.
+        fake_reply html;
+        html.headers = {{"Content-Type", "text/html"}};
+        html.pieces = {"<html>proxy says hi</html>"};
+        server.push(html);
+        BOOST_TEST(contains(model_error(), "the response is not a JSON object"));
+    }
+}
+
 BOOST_FIXTURE_TEST_CASE(stream_cut_inside_utf8_characters_and_crlf_lines, openai_fixture) {
     cfg.stream = true;
     const std::vector<std::string> parts{"h\xc3\xa9llo ", "w\xc3\xb6rld ", "\xe2\x82\xac",
@@ -255,6 +298,50 @@ BOOST_FIXTURE_TEST_CASE(tool_calls_split_across_chunks_are_assembled, openai_fix
     BOOST_TEST(r.finish_reason == "tool_calls");
     BOOST_TEST(r.text.empty());
     BOOST_TEST(deltas.empty());
+}
+
+// `arguments` is a string of JSON by the contract; some servers send the object itself.
+BOOST_FIXTURE_TEST_CASE(tool_call_arguments_given_as_an_object_are_taken, openai_fixture) {
+    using tc = chat_completion::tool_call;
+    auto whole = fake_reply::completion("", {{"call_1", "get_weather", "{}"}}, "tool_calls");
+    auto body = json::parse(whole.pieces[0]).as_object();
+    body["choices"]
+        .as_array()[0]
+        .as_object()["message"]
+        .as_object()["tool_calls"]
+        .as_array()[0]
+        .as_object()["function"]
+        .as_object()["arguments"] = json::object{{"city", "Paris"}};
+    whole.pieces = {json::serialize(body)};
+    server.push(whole);
+    BOOST_TEST(
+        (complete().tool_calls == std::vector<tc>{{"call_1", "get_weather", "{\"city\":\"Paris\"}"}}));
+
+    cfg.stream = true;
+    server.push(fake_reply::sse(
+        {chunk({{"role", "assistant"}, {"content", nullptr}}),
+         chunk(
+             {{"tool_calls",
+               json::array{json::object{
+                   {"index", 0},
+                   {"id", "call_2"},
+                   {"type", "function"},
+                   {"function", {{"name", "get_time"}, {"arguments", json::object{{"tz", "UTC"}}}}}}}}}),
+         chunk({}, "tool_calls")}));
+    BOOST_TEST((complete().tool_calls == std::vector<tc>{{"call_2", "get_time", "{\"tz\":\"UTC\"}"}}));
+
+    // Any other type is still refused, with its path.
+    cfg.stream = false;
+    body["choices"]
+        .as_array()[0]
+        .as_object()["message"]
+        .as_object()["tool_calls"]
+        .as_array()[0]
+        .as_object()["function"]
+        .as_object()["arguments"] = 7;
+    whole.pieces = {json::serialize(body)};
+    server.push(whole);
+    BOOST_TEST(contains(model_error(), "arguments: expected string"));
 }
 
 BOOST_FIXTURE_TEST_CASE(rate_limit_retry_after_is_honoured, openai_fixture) {

@@ -80,6 +80,9 @@ private:
 struct tool_fragment {
     std::optional<std::int64_t> index; // absent (Mistral): matched by id, see add()
     std::string_view id, name, arguments;
+    std::string arguments_text; // `arguments` given as a JSON object, serialized: see text()
+
+    std::string_view text() const { return arguments_text.empty() ? arguments : arguments_text; }
 };
 
 struct usage_fields {
@@ -111,7 +114,11 @@ void read_tool_call(reader& r, const json::object& o, const std::string& path, t
     if (auto* fn = r.obj(o, "function", path)) {
         auto fn_path = reader::join(path, "function");
         out.name = r.str(*fn, "name", fn_path).value_or("");
-        out.arguments = r.str(*fn, "arguments", fn_path).value_or("");
+        // The contract is a string of JSON; some servers send the object itself.
+        if (auto* args = r.get(*fn, "arguments"); args && args->is_object())
+            out.arguments_text = json::serialize(*args);
+        else
+            out.arguments = r.str(*fn, "arguments", fn_path).value_or("");
     }
 }
 
@@ -611,7 +618,7 @@ chunk_delta chat_stream_assembler::add(const json::object& chunk, std::string& e
         auto& call = result_.tool_calls[*pos];
         if (call.id.empty()) call.id = t.id;
         if (call.name.empty()) call.name = t.name;
-        call.arguments.append(t.arguments);
+        call.arguments.append(t.text());
         last_call_ = *pos;
     }
     return {std::move(f.message.text), std::move(f.message.reasoning)};
@@ -786,7 +793,7 @@ chat_completion parse_chat_completion(const json::object& body, std::string& err
             tool_fragment frag;
             read_tool_call(r, *t, tool_path, frag);
             c.tool_calls.push_back(
-                {std::string(frag.id), std::string(frag.name), std::string(frag.arguments)});
+                {std::string(frag.id), std::string(frag.name), std::string(frag.text())});
         }
     }
     if (!r.ok()) return {};

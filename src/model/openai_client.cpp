@@ -228,9 +228,26 @@ std::string request_body(const model_request& req, const model_config& cfg) {
     return out;
 }
 
+// Whether a 200 body is an SSE stream, judged by its first bytes: a server may mislabel one (an
+// SSE stream sent as application/json, or with no Content-Type) or stream although stream:false
+// was asked. True: SSE (a field name and a colon, or a comment); false: anything else (JSON, or
+// what parse_whole will call malformed); nullopt: too few bytes yet.
+std::optional<bool> sniff_sse(std::string_view body) {
+    auto start = body.find_first_not_of(" \t\r\n");
+    if (start == std::string_view::npos) return std::nullopt;
+    body.remove_prefix(start);
+    if (body.front() == ':') return true;
+    for (std::string_view field : {"data:", "event:", "id:", "retry:"}) {
+        if (body.starts_with(field)) return true;
+        if (field.starts_with(body)) return std::nullopt;
+    }
+    return false;
+}
+
 // One streamed attempt, fed by the HTTP client's callbacks: SSE events become chunks, chunks
 // become deltas and the assembled completion. A body that is not SSE (an error, or a server that
-// ignored stream:true) is kept whole instead.
+// ignored stream:true) is kept whole instead. A 200 is taken for SSE by its Content-Type, else by
+// its first bytes (sniff_sse).
 struct stream_state {
     explicit stream_state(const delta_handler& d) : on_delta(d) {}
 
@@ -238,6 +255,7 @@ struct stream_state {
     sse_parser parser;
     chat_stream_assembler assembler;
     bool sse = false;
+    bool undecided = false; // a 200 not labelled SSE, until its first bytes say what it is
     std::string body;
     std::string error; // the first malformed or error chunk: the rest is ignored
     bool done = false; // "data: [DONE]" arrived
@@ -248,11 +266,20 @@ struct stream_state {
         std::transform(type.begin(), type.end(), type.begin(),
                        [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
         sse = h.status == 200 && type == "text/event-stream";
+        undecided = h.status == 200 && !sse;
     }
 
     void piece(std::string_view bytes) {
         if (!sse) {
             body.append(bytes);
+            if (!undecided) return;
+            auto is_sse = sniff_sse(body);
+            if (!is_sse) return;
+            undecided = false;
+            if (!*is_sse) return;
+            sse = true;
+            take(parser.feed(std::exchange(body, {})));
+            if (parser.failed()) error = parser.error();
             return;
         }
         if (done || !error.empty()) return;
@@ -372,9 +399,27 @@ private:
         if (ec == asio::error::operation_aborted) throw boost::system::system_error(ec);
         if (ec) co_return failed(outcome::retry, transport_failure(ec));
         if (resp.status != 200) co_return status_failure(resp, resp.body);
+        if (sniff_sse(resp.body).value_or(false)) {
+            // A server that streams although stream:false was asked: read as the stream it is.
+            stream_state st(on_delta);
+            st.sse = true;
+            st.piece(resp.body);
+            st.end();
+            if (st.complete()) co_return attempt_result{outcome::done, st.assembler.take(), {}, {}};
+            co_return stream_failure(st);
+        }
         auto r = parse_whole(resp.body);
         if (r.kind == outcome::done) show_whole(r.completion, on_delta);
         co_return r;
+    }
+
+    // An SSE body that ended, whole, without being complete: a malformed or error chunk, or a
+    // stream cut short (a server that died with a close-delimited body) or never one of chunks at
+    // all. Shown text is never shown twice, so then no second attempt.
+    static attempt_result stream_failure(const stream_state& st) {
+        if (!st.error.empty()) return failed(outcome::fail, "stream error: " + st.error);
+        return failed(st.delivered ? outcome::fail : outcome::retry,
+                      std::string(st.incomplete_reason()));
     }
 
     // Cancellation: as attempt_whole.
@@ -406,12 +451,7 @@ private:
             if (r.kind == outcome::done) show_whole(r.completion, on_delta);
             co_return r;
         }
-        if (!st.error.empty()) co_return failed(outcome::fail, "stream error: " + st.error);
-        // Otherwise it was cut short (a server that died with a close-delimited body), or was
-        // never a stream of chunks at all. As for a broken connection: shown text is never shown
-        // twice, so no second attempt.
-        co_return failed(st.delivered ? outcome::fail : outcome::retry,
-                         std::string(st.incomplete_reason()));
+        co_return stream_failure(st);
     }
 
     asio::any_io_executor ex_;
