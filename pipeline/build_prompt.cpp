@@ -51,6 +51,7 @@ asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx) {
                                  " (model.context_window less context.reserve_output_tokens)");
         w->messages = std::move(ctx.history);
         ctx.history.clear();
+        w->close_open_calls();
         // Compaction's entries come before the message: they describe the context it joins.
         co_await compact({ctx.agent, extra, compaction_trigger::turn, &ctx, &ctx.framework->metrics()},
                          *w, ctx.new_entries);

@@ -259,8 +259,15 @@ asio::awaitable<void> compact(const compaction_job& job, context_window& w, std:
         }
     }
     if (before >= mark(4) && w.items.size() > w.pinned) {
-        // Still too big: a fresh anchor, no message kept verbatim.
+        // Still too big: a fresh anchor, no message kept verbatim, its summary within the mark.
         std::int64_t fits = raw(budget.at(4)) - fixed - 16;
+        if (fits < 16) {
+            // The pinned blocks and the new message alone reach the mark, so no handoff brings
+            // the context under it: while the request fits the budget, the context (with stage
+            // 3's summary) stays; else the summary gets what the budget leaves.
+            if (before <= budget.tokens) co_return;
+            fits = raw(budget.tokens) - fixed - 16;
+        }
         auto [text, by_model] =
             co_await summarize(job, w, w.pinned, w.items.size(), std::min(cap, fits), room);
         apply(make_entry(tape_kind::anchor, {{"name", "handoff"}, {"summary", text}}));

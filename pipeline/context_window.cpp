@@ -168,7 +168,18 @@ void context_window::add(const tape_entry& e) {
     if (e.id > last_id) last_id = e.id;
 }
 
+void context_window::close_open_calls() {
+    for (auto& id : open_calls_)
+        push({"tool", "no result: the turn ended before the call returned", {}, std::move(id)},
+             {open_calls_id_, 0, item_kind::tool_result, false});
+    open_calls_.clear();
+}
+
 void context_window::apply(const tape_entry& e) {
+    const bool joins_round =
+        e.kind == tape_kind::tool_result || (e.kind == tape_kind::tool_call && attach_calls_ &&
+                                             !messages.empty() && messages.back().role == "assistant");
+    if (!joins_round && !open_calls_.empty()) close_open_calls();
     switch (e.kind) {
     case tape_kind::anchor:
         take_anchor(e.payload, e.id);
@@ -201,6 +212,8 @@ void context_window::apply(const tape_entry& e) {
             m.tool_calls.push_back(std::move(call));
             push(std::move(m), {e.id, 0, item_kind::tool_calls, false});
         }
+        open_calls_.push_back(messages.back().tool_calls.back().id);
+        open_calls_id_ = items.back().id;
         attach_calls_ = true;
         return;
     }
@@ -208,7 +221,9 @@ void context_window::apply(const tape_entry& e) {
         std::string output;
         if (auto* o = e.payload.if_contains("output"))
             output = o->is_string() ? std::string(o->get_string()) : json::serialize(*o);
-        push({"tool", std::move(output), {}, std::string(string_at(e.payload, "call_id"))},
+        std::string call_id(string_at(e.payload, "call_id"));
+        std::erase(open_calls_, call_id);
+        push({"tool", std::move(output), {}, std::move(call_id)},
              {e.id, 0, item_kind::tool_result, false});
         attach_calls_ = false;
         return;

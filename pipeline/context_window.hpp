@@ -65,6 +65,11 @@ public:
     void add(const tape_entry& e);
     // The same rules for entries not stored yet (a turn's own compaction, applied at once).
     void apply(const tape_entry& e);
+    // Answers the tool calls of the last round that have no result on the tape (a turn cut
+    // during its tools by an older version, or by a hook's tape): an OpenAI-compatible server
+    // refuses a request holding a call without its result. Each gets a result saying so. Called
+    // by apply() before any entry that ends the round, and before a prompt is built.
+    void close_open_calls();
     // The summary's text, or empty.
     std::string_view summary() const;
     // What the messages, their items and their kept JSON take (for the cache's bound).
@@ -108,6 +113,8 @@ private:
     std::size_t tool_items_ = 0; // tool_calls and tool_result items
     std::size_t trimmable_ = 0;  // tool results over trim_above_bytes, not trimmed yet
     bool attach_calls_ = false; // the previous entry was an assistant message or a tool call
+    std::vector<std::string> open_calls_; // the last round's call ids without a result yet
+    std::int64_t open_calls_id_ = 0;      // the tape id of their item
 };
 
 // The entries a window needs, oldest first, out of a tape tail that reaches back far enough:

@@ -143,6 +143,8 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             req.encoded_count = req.encoded.empty() ? 0 : ctx.internal.window->items.size();
         }
         chat_completion c;
+        // A step counts once its call began: a turn stopped or failed in it reports it.
+        progress.steps = step;
         if (ctx.emitting()) ctx.emit_text("model.call", R"({"step":)" + std::to_string(step) + "}");
         if (ctx.framework->has_before_model_call()) {
             // Hooks may edit the request of this step, not the conversation.
@@ -170,9 +172,12 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             out.refusal = c.refusal;
             progress.reply = out.reply;
         }
+        const bool last = step == cfg.limits.max_steps;
         if (c.tool_calls.empty()) {
             ctx.new_entries.push_back(assistant_entry(out.reply, c));
-            if (!progress.take_steering) break;
+            // After the last step's answer there is no step left to steer into: messages that
+            // came meanwhile run as their own turn.
+            if (!progress.take_steering || last) break;
             req.messages.push_back(assistant_message(out.reply, c));
             budget.add(req.messages.back());
             if (co_await take_steering(ctx, req, budget)) continue;
@@ -195,7 +200,34 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
                                                   {"name", call_item.name},
                                                   {"arguments", call_item.arguments}}));
         }
-        auto results = co_await run_tools(ctx, c.tool_calls);
+        // Every call on the tape gets its result, whatever happens: a request holding a call
+        // without one is refused by OpenAI-compatible servers, and every later turn of the
+        // session would send it.
+        auto unanswered = [&](std::string_view why) {
+            for (const auto& call_item : c.tool_calls) {
+                ctx.emit("tool.result",
+                         json::object{{"call_id", call_item.id}, {"ok", false}, {"output", why}});
+                ctx.new_entries.push_back(
+                    make_entry(tape_kind::tool_result,
+                               {{"call_id", call_item.id}, {"ok", false}, {"output", why}}));
+            }
+        };
+        if (last) {
+            // No step is left to read the results: the calls are not run (their side effects
+            // would be for nothing), and the turn ends step_limit. Messages that came meanwhile
+            // run as their own turn.
+            unanswered("not run: the turn reached its step limit (limits.max_steps " +
+                       std::to_string(cfg.limits.max_steps) + ")");
+            continue;
+        }
+        std::vector<tool_result> results;
+        try {
+            results = co_await run_tools(ctx, c.tool_calls);
+        } catch (...) {
+            // Stopped, timed out, or a tool that threw: the turn ends here.
+            unanswered("no result: the turn ended before the call returned");
+            throw;
+        }
         for (std::size_t i = 0; i < results.size(); ++i) {
             const auto& call_item = c.tool_calls[i];
             ctx.emit("tool.result", json::object{{"call_id", call_item.id},

@@ -95,6 +95,34 @@ BOOST_AUTO_TEST_CASE(steer_brings_a_message_into_the_running_turn_at_its_next_st
     BOOST_TEST(msgs.back().at("role").as_string() == "user");
 }
 
+// A message that comes during the turn's last step has no step left to join: the answer of that
+// step completes the turn, and the message runs as its own turn.
+BOOST_AUTO_TEST_CASE(a_message_steered_during_the_last_step_runs_as_its_own_turn) {
+    auto agent = mode("steer");
+    model_daemon d({{"max_steps", 2}}, false, {}, agent);
+    d.model.push(fake_reply::completion("", {{"call_1", "clock", "{}"}}, "tool_calls"));
+    d.model.push(
+        fake_reply::completion("final answer of step two").after(std::chrono::milliseconds(800)));
+    d.model.push(fake_reply::completion("the second message's own answer"));
+    auto t1 = d.post("first");
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (d.model.requests().size() < 2 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    BOOST_REQUIRE(d.model.requests().size() == 2u); // step two is under way
+    auto t2 = d.post("steered during the last step");
+    auto r1 = d.wait_for_turn(t1);
+    auto r2 = d.wait_for_turn(t2);
+    BOOST_TEST(r1.at("status").as_string() == "completed");
+    BOOST_TEST(r1.at("reply").as_string() == "final answer of step two");
+    BOOST_TEST(r1.at("steps").as_int64() == 2);
+    BOOST_TEST(r2.at("status").as_string() == "completed");
+    BOOST_TEST(r2.at("reply").as_string() == "the second message's own answer");
+    BOOST_TEST(r2.at("steps").as_int64() == 1);
+    auto reqs = d.model.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 3u);
+    BOOST_TEST(user_texts(reqs[2]).back() == "steered during the last step");
+}
+
 BOOST_AUTO_TEST_CASE(a_steered_message_that_comes_too_late_runs_as_its_own_turn) {
     model_daemon d({}, false, {}, mode("steer"));
     d.model.push(fake_reply::completion("one"));
@@ -117,6 +145,28 @@ BOOST_AUTO_TEST_CASE(interrupt_stops_the_running_turn_and_runs_the_new_message) 
     BOOST_TEST(r1.at("status").as_string() == "stopped");
     BOOST_TEST(r2.at("status").as_string() == "completed");
     BOOST_TEST(r2.at("reply").as_string() == "the new answer");
+}
+
+BOOST_AUTO_TEST_CASE(interrupt_with_no_queue_still_interrupts) {
+    model_daemon d({}, false, {}, {{"admission", {{"mode", "interrupt"}, {"max_queued", 0}}}});
+    d.model.push(fake_reply::completion("never seen").after(std::chrono::milliseconds(3000)));
+    d.model.push(fake_reply::completion("the new answer"));
+    auto t1 = d.post("long question");
+    d.wait_for_turn(t1, {"running"});
+    auto t2 = d.post("never mind, this instead");
+    BOOST_TEST(d.wait_for_turn(t1).at("status").as_string() == "stopped");
+    BOOST_TEST(d.wait_for_turn(t2).at("reply").as_string() == "the new answer");
+}
+
+BOOST_AUTO_TEST_CASE(queue_with_no_room_refuses_a_message_while_busy_and_says_why) {
+    model_daemon d({}, false, {}, {{"admission", {{"mode", "queue"}, {"max_queued", 0}}}});
+    d.model.push(fake_reply::completion("slow").after(std::chrono::milliseconds(1500)));
+    auto t1 = d.post("first");
+    d.wait_for_turn(t1, {"running"});
+    auto r = d.request("POST", "/v1/sessions/s1/messages", R"({"text":"second"})");
+    BOOST_TEST(r.status == 429);
+    BOOST_TEST(r.body.find("admission.max_queued is 0") != std::string::npos, r.body);
+    d.wait_for_turn(t1);
 }
 
 BOOST_AUTO_TEST_CASE(interrupt_through_the_websocket_channel) {

@@ -223,11 +223,100 @@ BOOST_AUTO_TEST_CASE(step_limiter_ends_the_turn_with_step_limit) {
     limits_config l;
     l.max_steps = 3;
     loop_fixture f(l);
-    f.script({{calls({call("c", "clock", "{}")})}});
+    f.script({{calls({call("c", "sleepy", R"({"ms":1})")})}});
     auto t = f.wait(f.post("loop forever"));
     BOOST_TEST((t.status == turn_status::step_limit));
     BOOST_TEST(t.steps == 3);
+    BOOST_TEST(!t.reply); // no text at all: null, not ""
     BOOST_TEST(f.model->requests.size() == 3u);
+    // The last step's calls are not run (no step is left to read their results), but each has
+    // a result on the tape saying so, and the step_limit event ends it.
+    auto tape = f.tape();
+    int results = 0, not_run = 0;
+    for (auto& e : tape) {
+        if (e.kind != tape_kind::tool_result) continue;
+        ++results;
+        if (e.payload.at("output").as_string().starts_with("not run: the turn reached its step limit")) {
+            ++not_run;
+            BOOST_TEST(!e.payload.at("ok").as_bool());
+        }
+    }
+    BOOST_TEST(results == 3);
+    BOOST_TEST(not_run == 1);
+    BOOST_TEST(f.tools_max_active == 1);
+    BOOST_TEST((tape.back().kind == tape_kind::event));
+    // The next turn's request is one a server takes: every call answered.
+    f.script({{text("ok")}});
+    BOOST_TEST((f.wait(f.post("and now?")).status == turn_status::completed));
+    const auto& msgs = f.model->requests.back().messages;
+    std::size_t calls_made = 0, answers = 0;
+    for (const auto& m : msgs) {
+        calls_made += m.tool_calls.size();
+        answers += m.role == "tool";
+    }
+    BOOST_TEST(calls_made == 3u);
+    BOOST_TEST(answers == 3u);
+}
+
+// A turn stopped while its tools run leaves a result for each call: a call without one would make
+// the session's every later request one that OpenAI-compatible servers refuse.
+BOOST_AUTO_TEST_CASE(a_turn_stopped_in_its_tools_leaves_every_call_answered) {
+    loop_fixture f;
+    f.script({{calls({call("a", "sleepy", R"({"ms":5000})"), call("b", "add", R"({"a":1,"b":2})")})}});
+    auto tid = f.post("slow tools");
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    auto active = [&f] {
+        std::lock_guard lock(f.tool_mutex);
+        return f.tools_active;
+    };
+    while (active() == 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(2ms);
+    BOOST_REQUIRE(active() == 1);
+    BOOST_TEST(!asio::co_spawn(f.ctx, f.rt.cancel(tid), asio::use_future).get());
+    auto t = f.wait(tid);
+    BOOST_TEST((t.status == turn_status::stopped));
+    BOOST_TEST(t.steps == 1);
+    auto tape = f.tape();
+    // user, two calls, two results, the error entry.
+    BOOST_REQUIRE_EQUAL(tape.size(), 6u);
+    for (std::size_t i : {3u, 4u}) {
+        BOOST_TEST((tape[i].kind == tape_kind::tool_result));
+        BOOST_TEST(tape[i].payload.at("output").as_string() ==
+                   "no result: the turn ended before the call returned");
+    }
+    BOOST_TEST((tape[5].kind == tape_kind::error));
+
+    f.script({{text("fine")}});
+    BOOST_TEST((f.wait(f.post("hello again")).status == turn_status::completed));
+    const auto& msgs = f.model->requests.back().messages;
+    std::vector<std::string> answered;
+    for (const auto& m : msgs)
+        if (m.role == "tool") answered.push_back(m.tool_call_id);
+    BOOST_TEST((answered == std::vector<std::string>{"a", "b"}));
+}
+
+// A tape written before every call got a result (or by a hook) may hold a call without one; the
+// context answers it, so that the session's next request is one a server takes.
+BOOST_AUTO_TEST_CASE(a_call_without_a_result_on_the_tape_is_answered_in_the_context) {
+    loop_fixture f;
+    state_update u;
+    u.session_id = "old";
+    u.entries.push_back(make_message("user", "run it"));
+    u.entries.push_back(
+        make_entry(tape_kind::tool_call, {{"call_id", "x"}, {"name", "clock"}, {"arguments", "{}"}}));
+    u.entries.push_back(make_error_entry("stopped", "the turn was stopped"));
+    f.mem->save_state(u);
+    f.script({{text("fine")}});
+    BOOST_TEST((f.wait(f.post("hello again", "old")).status == turn_status::completed));
+    const auto& msgs = f.model->requests.back().messages;
+    std::size_t i = 0;
+    while (i < msgs.size() && msgs[i].tool_calls.empty())
+        ++i;
+    BOOST_REQUIRE(i + 2 < msgs.size());
+    BOOST_TEST(msgs[i + 1].role == "tool");
+    BOOST_TEST(msgs[i + 1].tool_call_id == "x");
+    BOOST_TEST(msgs[i + 1].content == "no result: the turn ended before the call returned");
+    BOOST_TEST(msgs.back().content == "hello again");
 }
 
 BOOST_AUTO_TEST_CASE(parallel_tool_calls_run_concurrently_up_to_the_limit) {
@@ -261,10 +350,12 @@ BOOST_AUTO_TEST_CASE(a_tool_crash_fails_the_turn_with_tool_error) {
     BOOST_TEST((t.status == turn_status::failed));
     BOOST_REQUIRE(t.error);
     BOOST_TEST(t.error->code == "tool_error");
-    // save_state still ran: the user message, the call and the error are on the tape.
+    // save_state still ran: the user message, the call, its result (none) and the error are on
+    // the tape.
     auto tape = f.tape();
-    BOOST_REQUIRE_EQUAL(tape.size(), 3u);
-    BOOST_TEST((tape[2].kind == tape_kind::error));
+    BOOST_REQUIRE_EQUAL(tape.size(), 4u);
+    BOOST_TEST((tape[2].kind == tape_kind::tool_result));
+    BOOST_TEST((tape[3].kind == tape_kind::error));
 }
 
 BOOST_AUTO_TEST_CASE(a_model_failure_fails_the_turn_with_model_error) {
@@ -285,7 +376,7 @@ BOOST_AUTO_TEST_CASE(the_turn_deadline_ends_it_timed_out_keeping_what_it_had) {
     f.script({{calls({call("a", "add", R"({"a":1,"b":1})")})}, {slow_text, 10s}});
     auto t = f.wait(f.post("slow"));
     BOOST_TEST((t.status == turn_status::timed_out));
-    BOOST_TEST(t.steps == 1);
+    BOOST_TEST(t.steps == 2);                      // the second call had begun
     BOOST_REQUIRE_EQUAL(f.tape().size(), 3u + 1u); // user, tool_call, tool_result, error: saved anyway
     BOOST_TEST(f.tape().back().payload.at("code").as_string() == "timed_out");
     // Said in words, not as Boost's error with its source location.

@@ -268,6 +268,34 @@ BOOST_AUTO_TEST_CASE(when_a_summary_leaves_the_context_over_t3_a_handoff_keeps_n
     c.check_every_request_fits();
 }
 
+// A message that with the pinned blocks alone reaches t3 leaves a handoff no room under it: the
+// request still fits the budget, so stage 3's summary stays rather than give way to an empty one.
+BOOST_AUTO_TEST_CASE(a_message_that_alone_reaches_t3_keeps_the_summary_of_what_came_before) {
+    context_daemon c; // B = 2000, t3 = 1800
+    c.set_summarizer(
+        [](const recorded_request&) { return fake_reply::completion("SHORT-SUMMARY of the notes"); });
+    for (int i = 1; i <= 3; ++i)
+        BOOST_TEST_REQUIRE(
+            c.turn(user_message("note-" + std::to_string(i), 400, "{reply:40}")).status() ==
+            "completed");
+    // With the pinned blocks ~1,900 tokens by the learned count: past t3 by 5%, under B by 5%.
+    auto next = user_message("huge-question", 6880);
+    auto t = c.turn(next);
+    BOOST_TEST_REQUIRE(t.status() == "completed", t.record);
+    auto tape = c.tape();
+    auto events = compaction_events(tape);
+    BOOST_TEST(levels_of(events) == std::vector<std::int64_t>{3}, boost::test_tools::per_element());
+    auto req = first_request_for(c.d.model.requests(), next);
+    BOOST_TEST_REQUIRE(req.has_value());
+    const auto& msgs = messages_of(*req);
+    const auto pinned = c.options.pinned.size();
+    BOOST_TEST_REQUIRE(msgs.size() == pinned + 2, describe(*req));
+    BOOST_TEST(string_at(msgs[pinned].as_object(), "content").find("SHORT-SUMMARY") != std::string::npos,
+               describe(*req));
+    BOOST_TEST(string_at(msgs.back().as_object(), "content") == next);
+    c.check_every_request_fits();
+}
+
 BOOST_AUTO_TEST_CASE(a_failing_summary_call_falls_back_to_an_extract_and_the_turn_completes) {
     context_daemon c;
     c.set_summarizer(

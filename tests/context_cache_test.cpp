@@ -503,12 +503,19 @@ BOOST_AUTO_TEST_CASE(stages_apply_at_their_thresholds) {
     BOOST_TEST(s3 == (std::vector<std::string>{"trim_tool_outputs", "drop_tool_rounds", "summarize"}),
                boost::test_tools::per_element());
     BOOST_TEST(w3.summary() == "the model's summary");
-    // So far over that only a fresh anchor helps: handed off, within the budget.
+    // The new message alone (1790) all but reaches the third: no handoff could bring the context
+    // under it, and the summarised context fits the budget, so the summary stays.
     auto [s4, w4] = run(1790);
-    BOOST_TEST(s4.size() == 4u);
-    BOOST_TEST(s4.back() == "handoff");
+    BOOST_TEST(s4 == (std::vector<std::string>{"trim_tool_outputs", "drop_tool_rounds", "summarize"}),
+               boost::test_tools::per_element());
+    BOOST_TEST(w4.summary() == "the model's summary");
     BOOST_TEST(estimate_with(w4, 1790) <= 2000);
-    BOOST_TEST(w4.items.size() <= w4.pinned + 1);
+    // So far over that even the summary does not fit: handed off with what the budget leaves.
+    auto [s5, w5] = run(1990); // with the pinned block 1997 of 2000
+    BOOST_TEST(s5.size() == 4u);
+    BOOST_TEST(s5.back() == "handoff");
+    BOOST_TEST(estimate_with(w5, 1990) <= 2000);
+    BOOST_TEST(w5.items.size() <= w5.pinned + 1);
 }
 
 BOOST_AUTO_TEST_CASE(handoff_and_reset_start_new_anchors_without_the_model) {

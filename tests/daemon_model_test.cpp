@@ -217,6 +217,27 @@ BOOST_AUTO_TEST_CASE(an_http_tool_gets_the_arguments_and_its_body_is_the_observa
     BOOST_TEST(second.back().at("content").as_string() == "sunny, 21 C");
 }
 
+// The tool's own timeout_ms is worded as limits.tool_timeout_ms is: a call that ran out of time.
+BOOST_AUTO_TEST_CASE(an_http_tool_past_its_timeout_is_an_error_observation_saying_so) {
+    fake_openai tool_server;
+    json::object tools{{"slow",
+                        {{"kind", "http"},
+                         {"url", "http://127.0.0.1:" + std::to_string(tool_server.port()) + "/slow"},
+                         {"timeout_ms", 100},
+                         {"description", "slow"},
+                         {"parameters", {{"type", "object"}}}}}};
+    model_daemon d(json::object{}, false, tools);
+    d.model.push(fake_reply::completion("", {{"s1", "slow", "{}"}}, "tool_calls"));
+    fake_reply late;
+    late.pieces = {"too late"};
+    tool_server.push(late.after(std::chrono::milliseconds(1500)));
+    d.model.push(fake_reply::completion("gave up"));
+    auto t = d.wait_for_turn(d.post("try the slow one"));
+    BOOST_TEST(t.at("status").as_string() == "completed");
+    auto second = d.model.requests().at(1).body.at("messages").as_array();
+    BOOST_TEST(second.back().at("content").as_string() == "tool slow timed out after 100 ms");
+}
+
 BOOST_AUTO_TEST_CASE(max_reply_bytes_clips_the_reply) {
     model_daemon d({{"max_reply_bytes", 5}});
     d.model.push(fake_reply::completion("0123456789"));

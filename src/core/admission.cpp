@@ -47,10 +47,17 @@ actor_registry::reserve(const std::string& sid, const admission_config& adm, con
         bool would_wait = (a.busy && !a.running.empty()) || waiting > 0;
         if (would_wait && adm.mode == admission_mode::reject)
             return api_error{errc::session_busy, "session " + rec.session_id + " is running a turn"};
-        if (would_wait && waiting >= adm.max_queued)
-            return api_error{errc::session_queue_full, "session " + rec.session_id + " already has " +
-                                                           std::to_string(waiting) +
-                                                           " messages waiting"};
+        // `interrupt` stops the running turn for this message, which waits only for that stop:
+        // it has room for one even with max_queued 0.
+        const auto bound = adm.mode == admission_mode::interrupt
+                               ? std::max<std::int64_t>(adm.max_queued, 1)
+                               : adm.max_queued;
+        if (would_wait && waiting >= bound)
+            return api_error{errc::session_queue_full,
+                             bound == 0 ? "session " + rec.session_id +
+                                              " is running a turn and admission.max_queued is 0"
+                                        : "session " + rec.session_id + " already has " +
+                                              std::to_string(waiting) + " messages waiting"};
     }
     auto actor = get_or_create(sh, index, sid);
     auto slot = std::make_shared<turn_slot>();

@@ -568,7 +568,11 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
             a->strand, std::move(turn),
             asio::bind_cancellation_slot(entry->signal.slot(), asio::use_awaitable));
         rec.status = result.status;
-        rec.reply = std::move(result.reply);
+        // A turn cut by its step limit without a word of text has no reply (null), not "".
+        if (result.status == turn_status::step_limit && result.reply.empty())
+            rec.reply.reset();
+        else
+            rec.reply = std::move(result.reply);
         rec.refusal = result.refusal;
         rec.steps = result.steps;
         rec.usage = result.usage;
@@ -581,7 +585,8 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
                                                                        : turn_status::stopped;
         } else {
             rec.status = turn_status::failed;
-            rec.error = error_info{"internal_error", e.what()};
+            // The code's own message: what() would add Boost's source location for API clients.
+            rec.error = error_info{"internal_error", e.code().message()};
         }
     } catch (const std::exception& e) {
         rec.status = turn_status::failed;

@@ -3,6 +3,8 @@
 #include <baton/http_client.hpp>
 #include <baton/tools.hpp>
 
+#include <boost/beast/core/error.hpp>
+
 namespace baton {
 
 namespace {
@@ -21,6 +23,10 @@ public:
         auto [ec, res] =
             co_await http_->request("POST", url_, std::move(headers), json::serialize(args), timeout_);
         if (ec == boost::asio::error::operation_aborted) throw boost::system::system_error(ec);
+        // Worded as run_tools words tool_timeout_ms: both are the call running out of time.
+        if (ec == boost::beast::error::timeout)
+            co_return tool_result{false, "tool " + schema_.name + " timed out after " +
+                                             std::to_string(timeout_.count()) + " ms"};
         if (ec)
             co_return tool_result{false,
                                   "tool " + schema_.name + " could not be reached: " + ec.message()};
