@@ -119,6 +119,13 @@ BOOST_AUTO_TEST_CASE(bad_options_exit_2_with_a_message) {
         BOOST_TEST(p.output().find("baton: ") != std::string::npos, p.output());
         BOOST_TEST(p.output().find("echo: hello") == std::string::npos, p.output());
     }
+    // Each named for what it is, not as an option lacking its value.
+    for (auto [arg, said] : {std::pair<std::string, std::string>{"--bogus", "unknown option --bogus"},
+                             {"stray", "unexpected argument stray"}}) {
+        auto r = run_baton({"chat", arg});
+        BOOST_TEST(r.exit_code == 2);
+        BOOST_TEST(r.output.find(said) != std::string::npos, r.output);
+    }
     auto ok = run_baton({"chat", "--session", std::string(128, 'a')}, "x\n");
     BOOST_TEST(ok.exit_code == 0, ok.output);
 }
@@ -129,6 +136,7 @@ BOOST_AUTO_TEST_CASE(help_texts_name_the_chat) {
     auto r = run_baton({"chat", "--help"});
     BOOST_TEST(r.exit_code == 0);
     BOOST_TEST(r.output.find("--url URL") != std::string::npos, r.output);
+    BOOST_TEST(r.output.find("[--token TOKEN] [--cacert FILE]") != std::string::npos, r.output);
 }
 
 BOOST_AUTO_TEST_CASE(tool_calls_steps_and_streamed_text_are_shown_as_they_happen) {

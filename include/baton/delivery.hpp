@@ -55,7 +55,8 @@ public:
     // Checked when a message is accepted: nullopt when `to` names a recipient this channel can
     // reach, else why not (the POST answers 400 invalid_request with it).
     virtual std::optional<std::string> check_recipient(std::string_view to) const = 0;
-    // The longest text of one item, in Unicode code points; 0: no limit. Longer replies are split
+    // The longest text of one item, in UTF-16 units (a code point above U+FFFF counts two, as
+    // Telegram counts); 0: no limit. Longer replies are split
     // into chunks with indexes 0, 1, ...
     virtual std::size_t max_chunk_chars() const { return 0; }
     virtual std::size_t max_concurrency() const { return 8; }
@@ -79,7 +80,7 @@ struct retry_policy {
 // Pure: no I/O.
 outbox_item after_attempt(outbox_item item, const send_outcome& o, time_ms now, const retry_policy& p);
 
-// Splits text into chunks of at most `max_chars` code points (0: one chunk), preferring to cut
+// Splits text into chunks of at most `max_chars` UTF-16 units (0: one chunk), preferring to cut
 // after a newline, then after a space, in the last quarter of a chunk; never inside a UTF-8
 // sequence. Pure.
 std::vector<std::string> split_chunks(std::string_view text, std::size_t max_chars);

@@ -47,7 +47,8 @@ Prints `listening on http://HOST:PORT` when ready; SIGTERM/SIGINT drain and stop
 )";
 
 const char* chat_help =
-    R"(usage: baton chat [--session ID] [--url URL] [--config FILE] [--data DIR]
+    R"(usage: baton chat [--session ID] [--config FILE] [--data DIR]
+       baton chat [--session ID] --url URL [--token TOKEN] [--cacert FILE]
 
 Reads messages from stdin, one per line, sends each to the session and prints what the turn does
 as it happens: streamed text (`baton> ...`), tool calls and their results (`  [tool ...]`), later
@@ -156,7 +157,12 @@ int chat(const std::vector<std::string>& args) {
             std::cout << chat_help;
             return 0;
         }
-        std::string name, value;
+        std::string name = a.substr(0, a.find('=')), value;
+        static const char* const known[] = {"--session", "--url",   "--config",
+                                            "--data",    "--token", "--cacert"};
+        if (std::find(std::begin(known), std::end(known), name) == std::end(known))
+            return usage_error((a.starts_with("-") ? "unknown option " : "unexpected argument ") + a,
+                               chat_help);
         if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", chat_help);
         if (name == "--session")
             opts.session = value;

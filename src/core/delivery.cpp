@@ -66,16 +66,19 @@ std::vector<std::string> split_chunks(std::string_view text, std::size_t max_cha
     }
     std::size_t pos = 0;
     while (pos < text.size()) {
-        // Byte offsets of the code points of this chunk: `limit` after max_chars of them, `soft`
-        // where its last quarter starts.
+        // Byte offsets of the code points of this chunk, counted in UTF-16 units as Telegram
+        // counts its limit (a code point above U+FFFF, four UTF-8 bytes, is two): `i` after
+        // max_chars of them, `soft` where its last quarter starts.
         std::size_t chars = 0, i = pos, soft = std::string_view::npos;
         std::size_t soft_at = max_chars - max_chars / 4;
-        while (i < text.size() && chars < max_chars) {
+        while (i < text.size()) {
+            std::size_t units = static_cast<unsigned char>(text[i]) >= 0xF0 ? 2 : 1;
+            if (chars + units > max_chars && chars > 0) break;
             ++i;
             while (i < text.size() && continuation(static_cast<unsigned char>(text[i])))
                 ++i;
-            ++chars;
-            if (chars == soft_at) soft = i;
+            chars += units;
+            if (soft == std::string_view::npos && chars >= soft_at) soft = i;
         }
         std::size_t cut = i;
         if (i < text.size()) {
