@@ -309,6 +309,78 @@ BOOST_FIXTURE_TEST_CASE(malformed_request_is_400_then_closed, daemon_fixture) {
         }
 }
 
+// A framing other than Content-Length or chunked alone could be read otherwise by a proxy in
+// front: refused before the body, and the connection closed, so that no byte of it is read as a
+// request of its own (request smuggling). Two Authorization headers are refused too.
+BOOST_FIXTURE_TEST_CASE(a_body_framed_otherwise_than_chunked_is_refused_and_closes, daemon_fixture) {
+    const std::string smuggled = "GET /v1/sessions/sm HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    for (std::string te : {"gzip", "chunked, gzip", "gzip, chunked", "xchunked"}) {
+        BOOST_TEST_CONTEXT(te) {
+            auto c = connect();
+            BOOST_TEST_REQUIRE(c.write("POST /v1/sessions/sm/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                       "Transfer-Encoding: " +
+                                       te + "\r\n\r\n" + smuggled));
+            auto r = c.read_response();
+            BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+            check_error(*r, 400, "invalid_request");
+            BOOST_TEST(r->header("connection").value_or("") == "close");
+            auto rest = c.read_until_close();
+            BOOST_TEST(rest.closed);
+            BOOST_TEST(rest.bytes.empty(), rest.bytes);
+        }
+    }
+    auto c = connect();
+    BOOST_TEST_REQUIRE(
+        c.write("GET /v1/sessions/sm HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer a\r\n"
+                "Authorization: Bearer b\r\n\r\n"));
+    auto r = c.read_response();
+    BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
+    check_error(*r, 400, "invalid_request");
+    // Nothing was stored.
+    BOOST_TEST(request("GET", "/v1/sessions/sm").status == 404u);
+}
+
+// Without tokens the daemon trusts its clients; a web page the user visits is not one. A request
+// from another origin, or addressed by a name that is not the loopback's (DNS rebinding), is
+// refused; the daemon's own page (same origin) and clients that send no Origin are served.
+BOOST_FIXTURE_TEST_CASE(without_tokens_other_origins_and_host_names_are_refused, daemon_fixture) {
+    const std::string self = "127.0.0.1:" + std::to_string(daemon->port());
+    auto raw = [&](std::string head) {
+        auto c = connect();
+        BOOST_REQUIRE(c.write(head + "\r\n"));
+        auto r = c.read_response();
+        BOOST_REQUIRE_MESSAGE(r.has_value(), c.last_error());
+        return *r;
+    };
+    const std::string get = "GET /v1/sessions/o1 HTTP/1.1\r\n";
+    auto evil_origin = raw(get + "Host: " + self + "\r\nOrigin: http://evil.example\r\n");
+    check_error(evil_origin, 403, "forbidden");
+    BOOST_TEST(evil_origin.body.find("Origin: http://evil.example") != std::string::npos,
+               evil_origin.body);
+    check_error(raw(get + "Host: " + self + "\r\nOrigin: null\r\n"), 403, "forbidden");
+    auto rebound = raw(get + "Host: evil.example:" + std::to_string(daemon->port()) + "\r\n");
+    check_error(rebound, 403, "forbidden");
+    BOOST_TEST(rebound.body.find("not a loopback name") != std::string::npos, rebound.body);
+    // A message from another origin is not stored.
+    auto posted = raw("POST /v1/sessions/o1/messages HTTP/1.1\r\nHost: " + self +
+                      "\r\nOrigin: http://evil.example\r\nContent-Length: 14\r\n\r\n{\"text\":\"hi\"}");
+    check_error(posted, 403, "forbidden");
+    // The WebSocket upgrade too.
+    auto ws = raw(get.substr(0, 4) + "/v1/ws HTTP/1.1\r\nHost: " + self +
+                  "\r\nOrigin: http://evil.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n");
+    check_error(ws, 403, "forbidden");
+    // Served: the same origin, loopback names, no Origin at all, and the open paths whatever asks.
+    BOOST_TEST(raw(get + "Host: " + self + "\r\nOrigin: http://" + self + "\r\n").status == 404u);
+    BOOST_TEST(raw(get + "Host: localhost:" + std::to_string(daemon->port()) + "\r\n").status == 404u);
+    BOOST_TEST(raw(get + "Host: [::1]\r\n").status == 404u);
+    BOOST_TEST(raw(get + "Host: LOCALHOST\r\nOrigin: http://localhost\r\n").status == 404u);
+    BOOST_TEST(
+        raw("GET /healthz HTTP/1.1\r\nHost: evil.example\r\nOrigin: http://evil.example\r\n").status ==
+        200u);
+    BOOST_TEST(request("GET", "/v1/sessions/o1").status == 404u);
+}
+
 BOOST_FIXTURE_TEST_CASE(bad_input_costs_no_health_and_no_data, daemon_fixture) {
     std::string tid = turn_id_of(post_message("survivor", "keep me"));
     auto before = wait_for_turn(tid, {"completed"});
@@ -326,7 +398,10 @@ BOOST_FIXTURE_TEST_CASE(bad_input_costs_no_health_and_no_data, daemon_fixture) {
         {"GET /healthz HTTP/1.1\r\nX-Big: " + std::string(20000, 'x') + "\r\n\r\n", 431,
          "invalid_request"},
         {"POST " + post + " HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", 413, "payload_too_large"},
-        {"GET /v1/turns/" + std::string(10000, 'x') + " HTTP/1.1\r\n\r\n", 404, "not_found"},
+        {"GET /v1/turns/" + std::string(10000, 'x') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 404,
+         "not_found"},
+        {"GET /healthz HTTP/1.1\r\n\r\n", 400, "invalid_request"}, // no Host
+        {"GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400, "invalid_request"},
         {format_request("POST", post, "{\"text\": \"\xff\"}"), 400, "invalid_json"},
         {format_request("POST", post, std::string(10000, '[')), 400, "invalid_json"},
         {format_request("POST", post, R"({"text": 1})"), 400, "invalid_request"},

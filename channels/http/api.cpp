@@ -64,9 +64,51 @@ bool api::token_valid(const request_view& req) const {
     return access_.tokens.enabled() && identify(req, presented).has_value();
 }
 
+namespace {
+// A Host header naming the loopback: localhost, 127.x.y.z or [::1], with or without a port.
+bool loopback_host(std::string_view host) {
+    bool has_port = host.starts_with('[') ? host.find("]:") != std::string_view::npos
+                                          : host.find(':') != std::string_view::npos;
+    std::string with_port(host);
+    for (auto& c : with_port)
+        c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (!has_port) with_port += ":80";
+    return loopback_listen_address(with_port);
+}
+
+// Without tokens the daemon trusts its clients, which a web page the user visits is not: a
+// request from another origin (Origin is not this Host), or one addressed by a name that is not
+// the loopback's to a daemon on loopback (DNS rebinding), is refused.
+std::optional<reply> cross_site(const request_view& req, bool loopback) {
+    if (loopback && !req.host.empty() && !loopback_host(req.host))
+        return error_reply(errc::forbidden,
+                           "Host: " + std::string(req.host) +
+                               " is not a loopback name: without server.tokens a daemon on loopback "
+                               "answers only requests addressed to localhost, 127.0.0.1 or [::1] "
+                               "(set server.tokens to serve other names, or have a proxy send its "
+                               "upstream's address as Host)");
+    if (!req.has_origin) return std::nullopt;
+    auto origin = req.origin;
+    auto scheme_end = origin.find("://");
+    auto authority =
+        scheme_end == std::string_view::npos ? std::string_view{} : origin.substr(scheme_end + 3);
+    bool same = !authority.empty() && authority.size() == req.host.size() &&
+                std::equal(authority.begin(), authority.end(), req.host.begin(), [](char a, char b) {
+                    return std::tolower(static_cast<unsigned char>(a)) ==
+                           std::tolower(static_cast<unsigned char>(b));
+                });
+    if (same) return std::nullopt;
+    return error_reply(errc::forbidden,
+                       "Origin: " + std::string(origin) +
+                           ": without server.tokens the daemon answers web pages of its own origin "
+                           "only (set server.tokens to serve others)");
+}
+} // namespace
+
 std::variant<caller, reply> api::authorize(const request_view& req, scope need) const {
     if (need == scope::open) return caller{};
     if (!access_.tokens.enabled()) {
+        if (auto refused = cross_site(req, access_.loopback)) return std::move(*refused);
         caller everyone;
         everyone.admin = true;
         return everyone;

@@ -34,12 +34,18 @@ struct request_view {
     std::string_view authorization; // the Authorization header; empty when absent
     bool has_authorization = false;
     std::string_view ws_protocols; // Sec-WebSocket-Protocol (an upgrade); empty when absent
+    std::string_view host;         // the Host header; empty when absent
+    std::string_view origin;       // the Origin header (a browser's); empty when absent
+    bool has_origin = false;
 };
 
 // Who may call what (docs/api.md "Security").
 struct access_options {
     authenticator tokens;        // none configured: every caller is the default tenant, admin too
     bool metrics_public = false; // GET /metrics without a token
+    // Listening on loopback: without tokens, only requests addressed to a loopback name (Host)
+    // are answered, against DNS rebinding.
+    bool loopback = false;
 };
 
 // Where GET /v1/turns/{tid}/events streams from: the turn's live log, resumed after `after`; or,

@@ -57,6 +57,7 @@ public:
         o.sse_heartbeat = cfg.server.sse_heartbeat;
         o.access.tokens = authenticator(cfg.server.tokens);
         o.access.metrics_public = cfg.server.metrics_public;
+        o.access.loopback = endpoint_.address().is_loopback();
         o.max_connections = static_cast<std::size_t>(cfg.server.max_connections);
         o.max_header_bytes = static_cast<std::size_t>(cfg.server.max_header_bytes);
         o.body_timeout = cfg.server.body_timeout;

@@ -142,6 +142,37 @@ std::optional<http::reply> read_failure_reply(const boost::system::error_code& e
         return http::error_reply(errc::invalid_request, "malformed HTTP request: " + ec.message());
     return std::nullopt;
 }
+// What a request's head must not be (RFC 9112), checked before its body is read: a framing other
+// than Content-Length or chunked alone could be read otherwise by a proxy in front (request
+// smuggling), and a Host or Authorization given twice is ambiguous. The answer closes the
+// connection.
+std::optional<std::string> head_refusal(const bhttp::request_parser<bhttp::string_body>& parser) {
+    const auto& req = parser.get();
+    std::size_t codings = 0, hosts = 0, authorizations = 0;
+    for (const auto& f : req) {
+        if (f.name() == bhttp::field::transfer_encoding) {
+            ++codings;
+            std::string_view v = f.value();
+            while (!v.empty() && (v.front() == ' ' || v.front() == '\t'))
+                v.remove_prefix(1);
+            while (!v.empty() && (v.back() == ' ' || v.back() == '\t'))
+                v.remove_suffix(1);
+            if (!beast::iequals(v, "chunked"))
+                return "Transfer-Encoding: only chunked is understood, not '" + std::string(f.value()) +
+                       "'";
+        } else if (f.name() == bhttp::field::host) {
+            ++hosts;
+        } else if (f.name() == bhttp::field::authorization) {
+            ++authorizations;
+        }
+    }
+    if (codings > 1) return "Transfer-Encoding given more than once";
+    if (hosts > 1) return "Host given more than once";
+    if (hosts == 0 && req.version() >= 11) return "an HTTP/1.1 request needs a Host header";
+    if (authorizations > 1) return "Authorization given more than once";
+    return std::nullopt;
+}
+
 // A read deadline that cancels the socket instead of closing it (as tcp_stream's own timeout
 // does), so that a 408 can still be written after a slow request.
 class read_deadline {
@@ -498,6 +529,13 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
                 co_await bhttp::async_read_header(stream, buffer, parser, use_tuple);
             if (deadline.disarm()) hec = beast::error::timeout;
         }
+        if (!hec) {
+            if (auto why = head_refusal(parser)) {
+                co_await self->write(stream, parser.get().version(), false,
+                                     http::error_reply(errc::invalid_request, *why));
+                break;
+            }
+        }
         if (!hec && !parser.is_done()) {
             auto expect = parser.get()[bhttp::field::expect];
             if (beast::iequals(expect, "100-continue")) {
@@ -531,6 +569,11 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
             view.has_authorization = true;
         }
         view.ws_protocols = req[bhttp::field::sec_websocket_protocol];
+        view.host = req[bhttp::field::host];
+        if (auto it = req.find(bhttp::field::origin); it != req.end()) {
+            view.origin = it->value();
+            view.has_origin = true;
+        }
         // A connection that presented a valid token no longer counts against its address's cap.
         if (address_share && self->api.token_valid(view)) address_share.reset();
         std::string turn_id, query;
