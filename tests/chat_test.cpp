@@ -221,6 +221,27 @@ BOOST_AUTO_TEST_CASE(an_unreachable_daemon_exits_1) {
     BOOST_TEST(r.output.find("cannot connect to ws://127.0.0.1:" + port) != std::string::npos, r.output);
 }
 
+BOOST_AUTO_TEST_CASE(over_websocket_more_lines_than_the_session_queue_holds_all_get_their_reply) {
+    daemon_fixture d;
+    if (!serves_ws(d, "over_websocket_more_lines_than_the_session_queue_holds_all_get_their_reply"))
+        return;
+    // max_queued is 32: the lines arrive at once, those refused with session_queue_full are sent
+    // again after the daemon's retry_after instead of being lost.
+    std::string input;
+    std::vector<std::string> expected;
+    for (int i = 1; i <= 100; ++i) {
+        input += "line " + std::to_string(i) + "\n";
+        expected.push_back("baton> echo: line " + std::to_string(i) + "\n");
+    }
+    auto r = run_baton(
+        {"chat", "--url", "ws://127.0.0.1:" + std::to_string(d.daemon->port()), "--session", "q1"},
+        input, 60s);
+    BOOST_TEST(r.exit_code == 0, r.output);
+    for (const auto& line : expected)
+        BOOST_TEST(r.output.find(line) != std::string::npos, line);
+    BOOST_TEST(r.output.find("[error") == std::string::npos, r.output);
+}
+
 BOOST_AUTO_TEST_CASE(over_websocket_each_reply_is_shown_once_and_acked) {
     daemon_fixture d;
     if (!serves_ws(d, "over_websocket_each_reply_is_shown_once_and_acked")) return;

@@ -235,6 +235,15 @@ BOOST_AUTO_TEST_CASE(config_checks_cron_text_and_schedule_names) {
                "channels.schedules[0].deliver.channel: channels.telegram is not configured");
     BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
                                  "deliver": {"channel": "ws"}})") == "");
+    // As the HTTP API refuses it.
+    BOOST_TEST(
+        config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "http", "to": "x"}})") ==
+        "channels.schedules[0].deliver.to: the http channel's reply is the turn record: give no to");
+    BOOST_TEST(config_errors(R"({"every_ms": 5, "session": "s", "text": "t",
+                                 "deliver": {"channel": "ws", "to": "x"}})") ==
+               "channels.schedules[0].deliver.to: the ws channel delivers to the session's own "
+               "followers: give no to");
     BOOST_TEST(errors_of(R"({"channels": {"ws": {"enabled": false}, "schedules": [
         {"every_ms": 5, "session": "s", "text": "t", "deliver": {"channel": "ws"}}]}})") ==
                "channels.schedules[0].deliver.channel: channels.ws is disabled");

@@ -9,7 +9,9 @@
 
 #include <baton/clock.hpp>
 
+#include <baton/command.hpp>
 #include <boost/asio/ip/tcp.hpp>
+
 #include <boost/test/unit_test.hpp>
 
 using namespace baton;
@@ -62,6 +64,21 @@ options sender_options(const fake_telegram& f) {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(telegram_channel)
+
+// In groups a command is addressed to a bot ("/stop@my_bot"): it is the command without the name.
+BOOST_AUTO_TEST_CASE(a_command_addressed_to_the_bot_is_the_command) {
+    auto r = parse_get_updates(200, updates_body(R"([
+        {"update_id": 1, "message": {"message_id": 1, "chat": {"id": -5}, "text": "/stop@my_bot"}},
+        {"update_id": 2, "message": {"message_id": 2, "chat": {"id": -5}, "text": "  /handoff@my_bot phase two"}},
+        {"update_id": 3, "message": {"message_id": 3, "chat": {"id": -5}, "text": "mail me@example.org"}},
+        {"update_id": 4, "message": {"message_id": 4, "chat": {"id": -5}, "text": "/@odd"}}])"));
+    BOOST_REQUIRE_EQUAL(r.updates.size(), 4u);
+    BOOST_TEST(r.updates[0].text == "/stop");
+    BOOST_TEST(r.updates[1].text == "  /handoff phase two");
+    BOOST_TEST(is_stop_command(r.updates[0].text));
+    BOOST_TEST(r.updates[2].text == "mail me@example.org");
+    BOOST_TEST(r.updates[3].text == "/@odd");
+}
 
 BOOST_AUTO_TEST_CASE(get_updates_answers) {
     auto r = parse_get_updates(200, updates_body(R"([

@@ -1,7 +1,9 @@
 // `baton chat --url`: the chat against a running daemon over its WebSocket channel (docs/api.md
 // "WebSocket channel"). One io thread runs everything here; stdin has its own thread.
 #include "src/app/chat.hpp"
+
 #include "src/app/chat_view.hpp"
+#include <algorithm>
 
 #include <baton/http_client.hpp>
 #include <baton/ws_client.hpp>
@@ -240,8 +242,24 @@ struct remote_chat {
             view.on_reply(tid, str(f, "text"));
             mark_turn_done(tid);
         } else if (type == "error") {
+            message* m = find(str(f, "id"));
+            if (m && str(f, "code") == "session_queue_full") {
+                // Lines piped faster than the session's queue takes them wait their turn here,
+                // rather than being lost: sent again after the daemon's retry_after.
+                std::int64_t after = 1;
+                if (auto* r = f.if_contains("retry_after"); r && r->is_int64())
+                    after = std::clamp<std::int64_t>(r->get_int64(), 1, 60);
+                auto timer = std::make_shared<asio::steady_timer>(ioc, std::chrono::seconds(after));
+                timer->async_wait([this, timer, index = static_cast<std::size_t>(m - messages.data())](
+                                      boost::system::error_code ec) {
+                    if (ec || exit_code >= 0) return;
+                    const auto& again = messages[index];
+                    if (ws && !again.accepted && !again.done) push(message_frame(again));
+                });
+                return;
+            }
             view.on_error(str(f, "code"), str(f, "message"));
-            if (message* m = find(str(f, "id"))) m->done = true;
+            if (m) m->done = true;
         } // pong and anything newer: nothing to do
     }
 

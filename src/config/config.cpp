@@ -438,6 +438,11 @@ void read_schedule_deliver(config_errors& e, const json::value& v, std::string p
         o.fail("channel", "expected http, ws, webhook or telegram");
         return;
     }
+    // As the HTTP API refuses it: these reply to the session, to nobody named.
+    if (has_to && channel == "http")
+        o.fail("to", "the http channel's reply is the turn record: give no to");
+    if (has_to && channel == "ws")
+        o.fail("to", "the ws channel delivers to the session's own followers: give no to");
     json::object d{{"channel", channel}};
     if (has_to) d["to"] = to;
     out.deliver = std::move(d);
