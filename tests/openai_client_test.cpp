@@ -305,13 +305,12 @@ BOOST_FIXTURE_TEST_CASE(tool_call_arguments_given_as_an_object_are_taken, openai
     using tc = chat_completion::tool_call;
     auto whole = fake_reply::completion("", {{"call_1", "get_weather", "{}"}}, "tool_calls");
     auto body = json::parse(whole.pieces[0]).as_object();
-    body["choices"]
-        .as_array()[0]
-        .as_object()["message"]
-        .as_object()["tool_calls"]
-        .as_array()[0]
-        .as_object()["function"]
-        .as_object()["arguments"] = json::object{{"city", "Paris"}};
+    auto arguments = [&body]() -> json::value& {
+        auto& call =
+            body["choices"].as_array()[0].as_object()["message"].as_object()["tool_calls"].as_array()[0];
+        return call.as_object()["function"].as_object()["arguments"];
+    };
+    arguments() = json::object{{"city", "Paris"}};
     whole.pieces = {json::serialize(body)};
     server.push(whole);
     BOOST_TEST(
@@ -332,13 +331,7 @@ BOOST_FIXTURE_TEST_CASE(tool_call_arguments_given_as_an_object_are_taken, openai
 
     // Any other type is still refused, with its path.
     cfg.stream = false;
-    body["choices"]
-        .as_array()[0]
-        .as_object()["message"]
-        .as_object()["tool_calls"]
-        .as_array()[0]
-        .as_object()["function"]
-        .as_object()["arguments"] = 7;
+    arguments() = 7;
     whole.pieces = {json::serialize(body)};
     server.push(whole);
     BOOST_TEST(contains(model_error(), "arguments: expected string"));
