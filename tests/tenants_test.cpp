@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
 
     r = parse_config(
         R"({"server": {"tokens": [{"sha256": ")" + hash +
-        R"(", "tenant": "a b", "scopes": ["root", 1]}]}, "tenants": {"x/y": {}, "t": {"limits": {"turns_per_minute": -1, "burst": 2}}}})");
+        R"(", "tenant": "a b", "scopes": ["root", 1]}]}, "tenants": {"x/y": {"limits": {"max_running_turns": -3}}, "t": {"limits": {"turns_per_minute": -1, "burst": 2}}}})");
     auto errors = errors_of(r);
     BOOST_TEST(errors.find("server.tokens[0].tenant: expected 1-64 characters") != std::string::npos,
                errors);
@@ -128,6 +128,8 @@ BOOST_AUTO_TEST_CASE(config_tokens_scopes_tenants_and_warnings) {
                errors);
     BOOST_TEST(errors.find("server.tokens[0].scopes[1]") != std::string::npos, errors);
     BOOST_TEST(errors.find("tenants[\"x/y\"]: a tenant name is") != std::string::npos, errors);
+    // A bad name's body is checked too: every error at once.
+    BOOST_TEST(errors.find("tenants[\"x/y\"].limits.max_running_turns") != std::string::npos, errors);
     BOOST_TEST(errors.find("tenants.t.limits.turns_per_minute") != std::string::npos, errors);
     BOOST_TEST(errors.find("tenants.t.limits.burst: unknown key") != std::string::npos, errors);
 

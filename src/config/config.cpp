@@ -107,12 +107,12 @@ void read_tenants(config_errors& e, const json::value& v, std::map<std::string, 
     for (const auto& [key, value] : *all) {
         std::string name(key.data(), key.size());
         auto path = json_child_path("tenants", name);
-        if (!valid_tenant_name(name)) {
-            e.push_back({path, "a tenant name is 1-64 characters of [A-Za-z0-9._-]"});
-            continue;
-        }
+        // A bad name is reported and its body still checked (every error at once), not kept.
+        const bool named = valid_tenant_name(name);
+        if (!named) e.push_back({path, "a tenant name is 1-64 characters of [A-Za-z0-9._-]"});
         object_reader t(e, value, path, {"limits"});
-        auto& cfg = out[name];
+        tenant_config unnamed;
+        auto& cfg = named ? out[name] : unnamed;
         if (const json::value* l = t.find("limits")) {
             object_reader lo(e, *l, t.path("limits"),
                              {"max_running_turns", "turns_per_minute", "tokens_per_day"});
