@@ -243,6 +243,24 @@ BOOST_AUTO_TEST_CASE(a_turn_cut_off_in_a_tool_call_is_abandoned) {
     BOOST_TEST(int_at(rec, "attempt") == 1);
     BOOST_TEST(tool_server.requests().size() == 1u);
     BOOST_TEST(d.model.requests().size() == 1u);
+    // The tape keeps what was asked and that it went unanswered, for the next turn's context.
+    auto tape = json::parse(d.request("GET", "/v1/sessions/recover-tool/tape").body);
+    const auto& entries = tape.at("entries").as_array();
+    BOOST_TEST_REQUIRE(entries.size() == 2u, json::serialize(tape));
+    BOOST_TEST(entries[0].at("kind") == "message");
+    BOOST_TEST(entries[0].at("payload").at("text") == "do the slow thing");
+    BOOST_TEST(entries[1].at("kind") == "error");
+    BOOST_TEST(entries[1].at("payload").at("code") == "abandoned");
+    // (The model answers with the reply pushed above, which the abandoned turn never asked for.)
+    BOOST_TEST(string_at(d.wait_for_turn(d.post("did it work?", "recover-tool")), "reply") ==
+               "never asked");
+    auto reqs = d.model.requests();
+    BOOST_TEST_REQUIRE(reqs.size() == 2u);
+    const auto sent = reqs.back().body.at("messages").as_array();
+    bool asked = false;
+    for (const auto& m : sent)
+        asked = asked || (m.at("role") == "user" && m.at("content") == "do the slow thing");
+    BOOST_TEST(asked, json::serialize(sent));
 }
 
 BOOST_AUTO_TEST_CASE(an_agent_with_on_abandoned_rerun_runs_the_turn_again) {

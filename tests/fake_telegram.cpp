@@ -159,6 +159,10 @@ struct fake_telegram::impl {
         if (ec || !body.is_object()) co_return api_error(400, "Bad Request: body is not a JSON object");
         if (method == "getUpdates") co_return co_await get_updates(body.get_object());
         if (method == "sendMessage") co_return send_message(body.get_object());
+        if (method == "getMe")
+            co_return answer{
+                200,
+                {{"ok", true}, {"result", {{"id", 1}, {"is_bot", true}, {"username", "fake_bot"}}}}};
         co_return api_error(404, "Not Found");
     }
 

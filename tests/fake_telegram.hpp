@@ -22,6 +22,7 @@ struct sent_message {
 
 class fake_telegram {
 public:
+    // getMe answers the username fake_bot.
     explicit fake_telegram(std::string token);
     ~fake_telegram();
     fake_telegram(const fake_telegram&) = delete;

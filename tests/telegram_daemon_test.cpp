@@ -141,6 +141,20 @@ BOOST_AUTO_TEST_CASE(a_chat_message_becomes_a_turn_of_its_session) {
     d.check_log_has_no_token();
 }
 
+// In a group, a command addressed to this bot (getMe's username) is that command; one addressed
+// to another bot is not this one's and is left alone.
+BOOST_AUTO_TEST_CASE(a_command_addressed_to_another_bot_is_left_alone) {
+    fake_telegram tg(token);
+    telegram_daemon d(tg);
+    tg.push_message(-77, "/stop@other_bot");
+    tg.push_message(-77, "/help@FAKE_BOT");
+    auto id = tg.push_message(-77, "hello");
+    d.wait_turns(-77, 2);
+    d.wait_past(id);
+    BOOST_TEST((d.user_texts(-77) == std::vector<std::string>{"/help", "hello"}));
+    BOOST_TEST(tg.calls("getMe") == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(chats_outside_allow_chats_are_ignored) {
     fake_telegram tg(token);
     telegram_daemon d(tg, {{"allow_chats", json::array{42}}});

@@ -3,6 +3,7 @@
 #include <baton/command.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -45,19 +46,6 @@ api_error_info error_info_of(unsigned status, std::string_view body) {
         if (out.retry_after) out.retry_after = std::min<std::int64_t>(*out.retry_after, 86400);
     }
     if (out.description.empty()) out.description = "HTTP " + std::to_string(status);
-    return out;
-}
-
-// In a group, Telegram clients address a command to one bot: "/stop@my_bot now". The command is
-// the word without its "@bot" (only a bot the message reached gets it).
-std::string without_bot_name(std::string_view text) {
-    auto cmd = parse_command(text);
-    if (!cmd) return std::string(text);
-    auto at = cmd->word.find('@');
-    if (at == std::string_view::npos || at < 2) return std::string(text);
-    auto begin = static_cast<std::size_t>(cmd->word.data() - text.data());
-    std::string out(text.substr(0, begin + at));
-    out += text.substr(begin + cmd->word.size());
     return out;
 }
 
@@ -158,7 +146,7 @@ poll_result parse_get_updates(unsigned status, std::string_view body) {
         out.update_id = *id;
         out.chat_id = std::to_string(*chat_id);
         out.message_id = int_member(*msg, "message_id").value_or(0);
-        out.text = without_bot_name(text->get_string());
+        out.text = std::string(text->get_string());
         if (const auto* f = msg->if_contains("from"); f && f->is_object()) {
             out.from_id = int_member(f->get_object(), "id");
             out.from_username = string_member(f->get_object(), "username");
@@ -166,6 +154,33 @@ poll_result parse_get_updates(unsigned status, std::string_view body) {
         r.updates.push_back(std::move(out));
     }
     return r;
+}
+
+std::string parse_get_me(unsigned status, std::string_view body) {
+    if (status != 200) return {};
+    boost::system::error_code ec;
+    auto v = json::parse(body, ec);
+    if (ec || !v.is_object()) return {};
+    const auto* r = v.get_object().if_contains("result");
+    return r && r->is_object() ? string_member(r->get_object(), "username") : std::string();
+}
+
+std::optional<std::string> addressed_text(std::string_view text, std::string_view me) {
+    auto cmd = parse_command(text);
+    if (!cmd) return std::string(text);
+    auto at = cmd->word.find('@');
+    if (at == std::string_view::npos || at < 2) return std::string(text);
+    auto to = cmd->word.substr(at + 1);
+    bool ours = me.empty() || (to.size() == me.size() &&
+                               std::equal(to.begin(), to.end(), me.begin(), [](char a, char b) {
+                                   return std::tolower(static_cast<unsigned char>(a)) ==
+                                          std::tolower(static_cast<unsigned char>(b));
+                               }));
+    if (!ours) return std::nullopt;
+    auto begin = static_cast<std::size_t>(cmd->word.data() - text.data());
+    std::string out(text.substr(0, begin + at));
+    out += text.substr(begin + cmd->word.size());
+    return out;
 }
 
 std::string send_message_body(std::string_view chat_id, std::string_view text) {

@@ -50,6 +50,15 @@ struct poll_result {
 // `status` and `body` of the HTTP answer; updates without message.text only advance the offset.
 poll_result parse_get_updates(unsigned status, std::string_view body);
 
+// The bot's username from a getMe answer, or empty (any failure: then not known).
+std::string parse_get_me(unsigned status, std::string_view body);
+
+// In a group, Telegram clients address a command to one bot: "/stop@my_bot now". The text as this
+// bot (`me`, its username; empty when not known: any bot is this one) takes it: the command without
+// "@my_bot"; nullopt for a command addressed to another bot (not this bot's to answer). Other
+// texts are as they are.
+std::optional<std::string> addressed_text(std::string_view text, std::string_view me);
+
 // {"chat_id", "text"}: an integer chat id is sent as a number, anything else as a string.
 std::string send_message_body(std::string_view chat_id, std::string_view text);
 

@@ -79,6 +79,11 @@ struct poller::impl : std::enable_shared_from_this<impl> {
     options opts;
     std::string bot;
     std::string url; // holds the token: never logged
+    // The bot's username (getMe, asked once after the first good getUpdates, so that a wrong
+    // token is refused by getUpdates alone): what tells a command addressed to it from one
+    // addressed to another bot. Empty when not known: every addressed command is taken.
+    std::string me;
+    bool asked_me = false;
     inbox box;
     // The durable position: every update before it is admitted or held in the pending cursor.
     std::int64_t offset = 0;
@@ -280,6 +285,21 @@ asio::awaitable<std::optional<milliseconds>> poller::impl::handle(poll_result r)
         break;
     }
     backoff = milliseconds(0);
+    if (!asked_me) {
+        asked_me = true;
+        http_headers headers{{"Content-Type", "application/json"}};
+        auto [ec, res] = co_await http->request("POST", method_url(opts.api_base, opts.token, "getMe"),
+                                                std::move(headers), "{}", std::chrono::seconds(10));
+        if (ec == asio::error::operation_aborted) co_return std::nullopt;
+        if (!ec) me = parse_get_me(res.status, res.body);
+    }
+    // A command addressed to another bot is not this one's: it only moves the offset.
+    std::erase_if(r.updates, [this](update& u) {
+        auto text = addressed_text(u.text, me);
+        if (!text) return true;
+        u.text = std::move(*text);
+        return false;
+    });
     if (!co_await uncancellable(process(std::move(r)))) {
         reload = true;
         co_return next_backoff();

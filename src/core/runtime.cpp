@@ -64,6 +64,28 @@ struct turn_waiter {
     std::optional<turn_record> record; // the end, set on the strand
     bool released = false;             // a drain or release_waiters(), set on the strand
 };
+
+// The end of a turn a crash (or a node's loss) cut off after its side effects began: its record
+// `failed`/`abandoned` and, in the same transaction, its message and an `error` entry on the tape
+// (the run that was cut off kept nothing there), so that the session's next turn knows what was
+// asked and that it went unanswered.
+turn_end abandoned_end(turn_record rec, std::string why, time_ms now) {
+    rec.status = turn_status::failed;
+    rec.error = error_info{"abandoned", why};
+    rec.finished_at = now;
+    state_update u;
+    u.session_id = rec.session_id;
+    u.turn_id = rec.turn_id;
+    u.tenant = rec.tenant;
+    for (auto e : {make_message("user", rec.input.text), make_error_entry("abandoned", why)}) {
+        e.turn_id = rec.turn_id;
+        u.entries.push_back(std::move(e));
+    }
+    turn_end end;
+    end.finished.push_back(std::move(rec));
+    end.state = std::move(u);
+    return end;
+}
 } // namespace
 
 struct runtime::impl {
@@ -1209,12 +1231,13 @@ asio::awaitable<std::size_t> runtime::recover() {
         // runs again, its attempt counted.
         if (rec.status == turn_status::running && rec.side_effects &&
             !(ag && ag->config.rerun_abandoned)) {
-            rec.status = turn_status::failed;
-            rec.error = error_info{"abandoned", "the daemon stopped while this turn was running"};
-            rec.finished_at = now_ms();
-            auto finish = [rec](store& s) { s.finish_turn(rec); };
+            auto end = abandoned_end(rec, "the daemon stopped while this turn was running", now_ms());
+            auto finish = [end](store& s) {
+                auto e = end; // a batch replayed runs this again: from the same start
+                s.end_turn(e);
+            };
             co_await fw_.db().run(std::move(finish));
-            fw_.metrics().turn_finished(rec.status);
+            fw_.metrics().turn_finished(turn_status::failed);
             continue;
         }
         // Queued, or mid-run: without side effects, or under an agent that runs such turns again
@@ -1294,11 +1317,13 @@ asio::awaitable<std::size_t> runtime::impl::claim_once() {
         // A turn its dead node was running: as after a crash (issue 11's semantics).
         if (rec.status == turn_status::running && rec.side_effects &&
             !(ag && ag->config.rerun_abandoned)) {
-            rec.status = turn_status::failed;
-            rec.error = error_info{"abandoned", "the node running this turn stopped"};
-            rec.finished_at = now_ms();
+            auto end = abandoned_end(rec, "the node running this turn stopped", now_ms());
+            rec = end.finished.front();
             try {
-                auto finish = [rec](store& s) { s.finish_turn(rec); };
+                auto finish = [end](store& s) {
+                    auto e = end; // a batch replayed runs this again: from the same start
+                    s.end_turn(e);
+                };
                 co_await rt.fw_.db().run(std::move(finish));
             } catch (const std::exception& e) {
                 log::warn("cannot end a turn taken over",
