@@ -203,13 +203,20 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
         // Every call on the tape gets its result, whatever happens: a request holding a call
         // without one is refused by OpenAI-compatible servers, and every later turn of the
         // session would send it.
+        auto record_result = [&](const tool_call& call_item, bool ok, std::string_view output) {
+            ctx.emit("tool.result",
+                     json::object{{"call_id", call_item.id}, {"ok", ok}, {"output", output}});
+            ctx.new_entries.push_back(make_entry(
+                tape_kind::tool_result, {{"call_id", call_item.id}, {"ok", ok}, {"output", output}}));
+        };
+        std::vector<std::optional<tool_result>> results;
+        // Those without a result (not run, or cut off) get one saying why.
         auto unanswered = [&](std::string_view why) {
-            for (const auto& call_item : c.tool_calls) {
-                ctx.emit("tool.result",
-                         json::object{{"call_id", call_item.id}, {"ok", false}, {"output", why}});
-                ctx.new_entries.push_back(
-                    make_entry(tape_kind::tool_result,
-                               {{"call_id", call_item.id}, {"ok", false}, {"output", why}}));
+            for (std::size_t i = 0; i < c.tool_calls.size(); ++i) {
+                if (i < results.size() && results[i])
+                    record_result(c.tool_calls[i], results[i]->ok, results[i]->output);
+                else
+                    record_result(c.tool_calls[i], false, why);
             }
         };
         if (last) {
@@ -220,23 +227,18 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
                        std::to_string(cfg.limits.max_steps) + ")");
             continue;
         }
-        std::vector<tool_result> results;
         try {
-            results = co_await run_tools(ctx, c.tool_calls);
+            co_await run_tools(ctx, c.tool_calls, results);
         } catch (...) {
-            // Stopped, timed out, or a tool that threw: the turn ends here.
+            // Stopped, timed out, or a tool that threw: the turn ends here, keeping the results
+            // of the calls that ended.
             unanswered("no result: the turn ended before the call returned");
             throw;
         }
         for (std::size_t i = 0; i < results.size(); ++i) {
             const auto& call_item = c.tool_calls[i];
-            ctx.emit("tool.result", json::object{{"call_id", call_item.id},
-                                                 {"ok", results[i].ok},
-                                                 {"output", results[i].output}});
-            ctx.new_entries.push_back(make_entry(
-                tape_kind::tool_result,
-                {{"call_id", call_item.id}, {"ok", results[i].ok}, {"output", results[i].output}}));
-            req.messages.push_back({"tool", results[i].output, {}, call_item.id});
+            record_result(call_item, results[i]->ok, results[i]->output);
+            req.messages.push_back({"tool", results[i]->output, {}, call_item.id});
             budget.add(req.messages.back());
         }
         co_await take_steering(ctx, req, budget);

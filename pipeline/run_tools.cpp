@@ -75,8 +75,9 @@ asio::awaitable<tool_result> run_one(turn_context& ctx, const tool_call& call) {
 }
 } // namespace
 
-asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
-                                                    const std::vector<tool_call>& calls) {
+asio::awaitable<void> run_tools(turn_context& ctx, const std::vector<tool_call>& calls,
+                                std::vector<std::optional<tool_result>>& results) {
+    results.assign(calls.size(), std::nullopt);
     // A turn that calls a tool is not run again after a crash: the store hears it first.
     if (!calls.empty() && ctx.inbound.progress && ctx.inbound.progress->deferred &&
         !ctx.inbound.progress->side_effects) {
@@ -88,7 +89,6 @@ asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
         co_await ctx.framework->db().run(std::move(mark));
         ctx.inbound.progress->side_effects = true;
     }
-    std::vector<tool_result> results(calls.size());
     auto width =
         static_cast<std::size_t>(std::max<std::int64_t>(1, ctx.agent->config.limits.max_parallel_tools));
     auto ex = co_await asio::this_coro::executor;
@@ -101,12 +101,16 @@ asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
         auto [order, errors, values] =
             co_await asio::experimental::make_parallel_group(std::move(ops))
                 .async_wait(asio::experimental::wait_for_all(), asio::use_awaitable);
-        for (auto& e : errors)
-            if (e) std::rethrow_exception(e);
-        for (std::size_t i = first; i < last; ++i)
-            results[i] = std::move(values[i - first]);
+        // The calls that ended keep their results, even when another failed or the turn stopped.
+        std::exception_ptr failure;
+        for (std::size_t i = first; i < last; ++i) {
+            if (auto& e = errors[i - first])
+                failure = failure ? failure : e;
+            else
+                results[i] = std::move(values[i - first]);
+        }
+        if (failure) std::rethrow_exception(failure);
     }
-    co_return results;
 }
 
 } // namespace baton::pipeline

@@ -13,9 +13,10 @@ asio::awaitable<std::optional<json::object>> load_state(store_runner& db, contex
 asio::awaitable<std::optional<prompt>> build_prompt(turn_context& ctx);
 // Takes the prompt's messages.
 asio::awaitable<std::optional<model_output>> run_model(turn_context& ctx, prompt& p);
-// The tool calls of one step, results in call order (pipeline/run_tools.cpp).
-asio::awaitable<std::vector<tool_result>> run_tools(turn_context& ctx,
-                                                    const std::vector<tool_call>& calls);
+// The tool calls of one step (pipeline/run_tools.cpp): `results` (sized to the calls, in call
+// order) gets each result as its call ends, so that a turn stopped meanwhile keeps those that did.
+asio::awaitable<void> run_tools(turn_context& ctx, const std::vector<tool_call>& calls,
+                                std::vector<std::optional<tool_result>>& results);
 asio::awaitable<void> save_state(store_runner& db, context_cache& cache, turn_context& ctx);
 // Idle compaction of one session (framework::compact_session).
 asio::awaitable<void> compact_idle(store_runner& db, context_cache& cache, const agent& ag,

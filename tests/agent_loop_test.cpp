@@ -261,8 +261,12 @@ BOOST_AUTO_TEST_CASE(step_limiter_ends_the_turn_with_step_limit) {
 // A turn stopped while its tools run leaves a result for each call: a call without one would make
 // the session's every later request one that OpenAI-compatible servers refuse.
 BOOST_AUTO_TEST_CASE(a_turn_stopped_in_its_tools_leaves_every_call_answered) {
-    loop_fixture f;
-    f.script({{calls({call("a", "sleepy", R"({"ms":5000})"), call("b", "add", R"({"a":1,"b":2})")})}});
+    // One call at a time: `b` has ended (its result is kept) when `a` sleeps and `c` waits.
+    limits_config l;
+    l.max_parallel_tools = 1;
+    loop_fixture f(l);
+    f.script({{calls({call("b", "add", R"({"a":1,"b":2})"), call("a", "sleepy", R"({"ms":5000})"),
+                      call("c", "add", R"({"a":2,"b":2})")})}});
     auto tid = f.post("slow tools");
     auto deadline = std::chrono::steady_clock::now() + 5s;
     auto active = [&f] {
@@ -277,14 +281,18 @@ BOOST_AUTO_TEST_CASE(a_turn_stopped_in_its_tools_leaves_every_call_answered) {
     BOOST_TEST((t.status == turn_status::stopped));
     BOOST_TEST(t.steps == 1);
     auto tape = f.tape();
-    // user, two calls, two results, the error entry.
-    BOOST_REQUIRE_EQUAL(tape.size(), 6u);
-    for (std::size_t i : {3u, 4u}) {
+    // user, three calls, three results, the error entry.
+    BOOST_REQUIRE_EQUAL(tape.size(), 8u);
+    BOOST_TEST((tape[4].kind == tape_kind::tool_result));
+    BOOST_TEST(tape[4].payload.at("output").as_string() == "3"); // it had ended: kept
+    BOOST_TEST(tape[4].payload.at("ok").as_bool());
+    for (std::size_t i : {5u, 6u}) {
         BOOST_TEST((tape[i].kind == tape_kind::tool_result));
+        BOOST_TEST(!tape[i].payload.at("ok").as_bool());
         BOOST_TEST(tape[i].payload.at("output").as_string() ==
                    "no result: the turn ended before the call returned");
     }
-    BOOST_TEST((tape[5].kind == tape_kind::error));
+    BOOST_TEST((tape[7].kind == tape_kind::error));
 
     f.script({{text("fine")}});
     BOOST_TEST((f.wait(f.post("hello again")).status == turn_status::completed));
@@ -292,7 +300,7 @@ BOOST_AUTO_TEST_CASE(a_turn_stopped_in_its_tools_leaves_every_call_answered) {
     std::vector<std::string> answered;
     for (const auto& m : msgs)
         if (m.role == "tool") answered.push_back(m.tool_call_id);
-    BOOST_TEST((answered == std::vector<std::string>{"a", "b"}));
+    BOOST_TEST((answered == std::vector<std::string>{"b", "a", "c"}));
 }
 
 // A tape written before every call got a result (or by a hook) may hold a call without one; the
