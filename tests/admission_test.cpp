@@ -344,7 +344,12 @@ BOOST_AUTO_TEST_CASE(a_turn_cut_off_after_a_tool_call_began_is_abandoned) {
     BOOST_TEST(*done[0].reply == "echo: r1");
     BOOST_TEST(*done[1].reply == "echo: r2");
     auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
-    BOOST_TEST(st->read_tape("rec", 0, 10).size() == 4u);
+    // The abandoned turn's message and error entry, then the two turns that ran.
+    auto tape = st->read_tape("rec", 0, 10);
+    BOOST_REQUIRE_EQUAL(tape.size(), 6u);
+    BOOST_TEST(tape[0].payload.at("text").as_string() == "r0");
+    BOOST_TEST((tape[1].kind == tape_kind::error));
+    BOOST_TEST(tape[1].payload.at("code").as_string() == "abandoned");
     std::filesystem::remove_all(dir);
 }
 
