@@ -48,8 +48,12 @@ public:
             max_per_recipient = std::max(max_per_recipient, ++active_for[item.recipient]);
             decide = script;
         }
-        asio::steady_timer t(co_await asio::this_coro::executor, 5ms);
-        co_await t.async_wait(asio::use_awaitable);
+        struct count_end {
+            std::atomic<int>& n;
+            ~count_end() { ++n; }
+        } end{ended};
+        asio::steady_timer t(co_await asio::this_coro::executor, delay);
+        co_await t.async_wait(asio::use_awaitable); // cancellation (a stop past its grace) throws
         auto outcome = decide ? decide(item) : send_outcome::ok();
         std::lock_guard lock(m);
         --active;
@@ -66,6 +70,8 @@ public:
     std::size_t done = 0;
     std::vector<std::string> return_keys;
     std::function<send_outcome(const outbox_item&)> script;
+    std::chrono::milliseconds delay{5}; // how long a send takes; set before the first
+    std::atomic<int> ended{0};          // sends over, however they ended
 
 private:
     std::string name_;
@@ -173,6 +179,24 @@ BOOST_AUTO_TEST_CASE(an_unordered_channel_sends_in_parallel_up_to_its_bound) {
     std::lock_guard lock(f.bulk->m);
     BOOST_TEST(f.bulk->max_active <= 3);
     BOOST_TEST(f.bulk->max_active >= 2); // one recipient does not serialise an unordered channel
+}
+
+// A send still in flight when the stop's grace runs out is cancelled, not left running past the
+// stop: the item stays `sending` (uncertain at the next start).
+BOOST_AUTO_TEST_CASE(a_send_past_the_stop_grace_is_cancelled_and_left_sending) {
+    delivery_fixture f;
+    f.bulk->delay = std::chrono::minutes(10);
+    BOOST_TEST_REQUIRE((f.accept("slow", "x", "bulk", "r1")).has_value());
+    BOOST_TEST_REQUIRE(f.wait_items(outbox_status::sending, 1));
+    auto t0 = std::chrono::steady_clock::now();
+    auto stopped = asio::co_spawn(f.ctx, f.out.stop(std::chrono::milliseconds(100)), asio::use_future);
+    BOOST_TEST_REQUIRE((stopped.wait_for(10s) == std::future_status::ready));
+    stopped.get();
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));
+    BOOST_TEST(f.bulk->ended.load() == 1); // unwound before the stop completed
+    BOOST_TEST(f.items(outbox_status::sending).size() == 1u);
+    std::lock_guard lock(f.bulk->m);
+    BOOST_TEST(f.bulk->done == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(retries_follow_the_budget_then_fail) {

@@ -221,6 +221,46 @@ BOOST_FIXTURE_TEST_CASE(a_turn_past_the_drain_grace_stops_and_is_left_running, s
     std::filesystem::remove_all(dir);
 }
 
+// A model call that ignores cancellation (a timer outside the turn's cancellation slot) holds the
+// stop until it returns, however long, rather than outliving it: the service may be destroyed
+// right after async_stop, and the call must be over by then.
+struct deaf_model : model_client {
+    std::atomic<int> calls{0}, ended{0};
+    std::chrono::milliseconds deaf_for;
+    explicit deaf_model(std::chrono::milliseconds d) : deaf_for(d) {}
+    asio::awaitable<chat_completion> complete(const model_request&, const delta_handler&) override {
+        ++calls;
+        asio::steady_timer t(co_await asio::this_coro::executor, deaf_for);
+        co_await t.async_wait(
+            asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
+        ++ended;
+        co_return chat_completion{};
+    }
+    std::string name() const override { return "deaf"; }
+};
+
+BOOST_FIXTURE_TEST_CASE(a_hook_deaf_to_cancellation_holds_the_stop_until_it_returns, service_fixture) {
+    auto o = memory_options();
+    o.drain_grace = 50ms;
+    auto model = std::make_shared<deaf_model>(6s); // past the 5 s a warning repeats at
+    {
+        service svc(io.get_executor(), o);
+        svc.add_agent(agent_config{}, model);
+        auto started = svc.async_start(asio::use_future);
+        get(started);
+        auto sub = svc.async_submit(message("s1", "deaf"), asio::use_future);
+        get(sub);
+        for (int i = 0; i < 1000 && model->calls.load() == 0; ++i)
+            std::this_thread::sleep_for(5ms);
+        BOOST_TEST_REQUIRE(model->calls.load() == 1);
+        auto stopped = svc.async_stop(asio::use_future);
+        BOOST_TEST_REQUIRE((stopped.wait_for(20s) == std::future_status::ready));
+        get(stopped);
+        BOOST_TEST(model->ended.load() == 1); // over before the stop completed
+    } // destroyed at once: nothing of the turn may run after this
+    std::this_thread::sleep_for(100ms);
+}
+
 BOOST_FIXTURE_TEST_CASE(failures_come_as_baton_errc_with_diagnostics, service_fixture) {
     {
         auto o = memory_options();

@@ -111,7 +111,8 @@ public:
     asio::awaitable<std::size_t> start();
 
     // No new attempts start (the stored items wait for the next start); completes when the sends
-    // in flight have finished or `grace` has passed (those left are `sending`: `uncertain` later).
+    // in flight have finished. Those still running after `grace` are cancelled (terminal) and
+    // waited for; they stay `sending` (`uncertain` later).
     asio::awaitable<void> stop(std::chrono::milliseconds grace);
 
     struct impl;

@@ -164,7 +164,9 @@ public:
     // completes when the running turns have finished or `grace` has passed. Held waits
     // (wait_turn with `up_to`) are answered at once with the record as it stands. Turns still
     // running after `grace` are stopped, and nothing more of them is stored: they stay `running`,
-    // as after a crash, for the next start (recover()); waited for up to 5 s more to unwind.
+    // as after a crash, for the next start (recover()), and waited for to unwind however long that
+    // takes (a hook that ignores cancellation delays the stop; a warning every 5 s names the turns):
+    // no turn outlives the drain.
     asio::awaitable<void> drain(std::chrono::milliseconds grace);
     bool draining() const { return draining_.load(); }
     // Why the store cannot serve now, or nullopt (store::unavailable; /readyz).

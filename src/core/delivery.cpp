@@ -5,10 +5,13 @@
 
 #include <baton/strand.hpp>
 
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -123,6 +127,8 @@ struct lane : std::enable_shared_from_this<lane> {
     std::unordered_set<std::string> known; // keys queued here (an item is never queued twice)
     time_ms armed_for = 0;                 // when the timer fires (0: not armed)
     std::size_t active = 0;
+    // One per send in flight: stop() cancels those still running after its grace.
+    std::set<std::shared_ptr<asio::cancellation_signal>> sends;
     bool running = false;  // start() ran: attempts may begin
     bool stopping = false; // stop() ran: none begins any more
 
@@ -154,8 +160,15 @@ struct lane : std::enable_shared_from_this<lane> {
             auto qk = std::move(runnable.front());
             runnable.pop_front();
             ++active;
+            auto signal = std::make_shared<asio::cancellation_signal>();
+            sends.insert(signal);
+            // The handler keeps the signal alive until the attempt has completed (on the strand).
+            auto done = [self = shared_from_this(), signal](std::exception_ptr e) {
+                self->sends.erase(signal);
+                log::spawn_logger{"delivery " + std::string(self->ch->name())}(e);
+            };
             asio::co_spawn(strand, attempt(qk, queues.at(qk).front()),
-                           log::spawn_logger{"delivery " + std::string(ch->name())});
+                           asio::bind_cancellation_slot(signal->slot(), std::move(done)));
         }
     }
 
@@ -206,6 +219,15 @@ struct lane : std::enable_shared_from_this<lane> {
                 outcome = co_await ch->send(item);
             } catch (const std::exception& e) {
                 outcome = send_outcome::again(e.what());
+            }
+            if ((co_await asio::this_coro::cancellation_state).cancelled() !=
+                asio::cancellation_type::none) {
+                // Cut off by stop() after its grace: left `sending` in the store, so that the next
+                // start sends it again, flagged uncertain.
+                log::info("delivery cut off by the stop",
+                          {{"key", item.key}, {"channel", item.channel}});
+                --active;
+                co_return;
             }
             next = after_attempt(item, outcome, clock->utc_ms(), retry);
             if (next.status == outbox_status::failed)
@@ -416,12 +438,28 @@ asio::awaitable<void> delivery::stop(std::chrono::milliseconds grace) {
         });
     asio::steady_timer timer(co_await asio::this_coro::executor);
     auto deadline = std::chrono::steady_clock::now() + grace;
-    // Shutdown only: a short poll of the lanes' in-flight counts.
+    // Shutdown only: a short poll of the lanes' in-flight counts. After the grace the sends still
+    // in flight are cancelled (terminal) and waited for, however long a channel that ignores
+    // cancellation takes (a warning every 5 s): none outlives the stop on its executor.
+    bool cancelled = false;
+    auto warn_at = deadline + std::chrono::seconds(5);
     for (;;) {
         std::size_t active = 0;
         for (auto& [name, l] : impl_->lanes)
             active += co_await detail::run_on(l->strand, active_sends(l));
-        if (active == 0 || std::chrono::steady_clock::now() >= deadline) break;
+        if (active == 0) break;
+        auto now = std::chrono::steady_clock::now();
+        if (!cancelled && now >= deadline) {
+            cancelled = true;
+            for (auto& [name, l] : impl_->lanes)
+                asio::post(l->strand, [l = l] {
+                    for (const auto& s : l->sends)
+                        s->emit(asio::cancellation_type::terminal);
+                });
+        } else if (cancelled && now >= warn_at) {
+            warn_at = now + std::chrono::seconds(5);
+            log::warn("stopping: waiting for sends that ignore cancellation", {{"sending", active}});
+        }
         timer.expires_after(milliseconds(10));
         co_await timer.async_wait(asio::use_awaitable);
     }

@@ -1552,15 +1552,25 @@ asio::awaitable<void> runtime::drain(std::chrono::milliseconds grace) {
     };
     if (co_await none_running_within(grace)) co_return;
     // The grace ran out: the turns still running stop where they are, and nothing more of them is
-    // stored (a crash's outcome: found `running` at the next start), so that none outlives the
-    // stop on its executor. They unwind through their cancellation slots; a hook that ignores
-    // cancellation is waited for at most a few seconds more.
+    // stored (a crash's outcome: found `running` at the next start). They unwind through their
+    // cancellation slots. None may outlive the stop on its executor (the runtime may be destroyed
+    // next), so a hook that ignores cancellation is waited for, however long it takes, with a
+    // warning every 5 s.
     {
         std::lock_guard lock(impl_->running_mutex);
         for (auto& [id, entry] : impl_->running)
             asio::post(entry->strand, [entry = entry] { entry->stop(running_turn::reason::shutdown); });
     }
-    co_await none_running_within(std::chrono::seconds(5));
+    while (!co_await none_running_within(std::chrono::seconds(5))) {
+        std::vector<std::string> ids;
+        {
+            std::lock_guard lock(impl_->running_mutex);
+            for (auto& [id, entry] : impl_->running)
+                ids.push_back(id);
+        }
+        log::warn("stopping: waiting for turns whose hooks ignore cancellation",
+                  {{"running", running_.load()}, {"turn_ids", json::value_from(ids)}});
+    }
 }
 
 } // namespace baton
