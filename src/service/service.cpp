@@ -216,10 +216,12 @@ asio::awaitable<outcome<nothing>> service::start(diagnostics* diag) {
     // With tokens every /v1 call is authenticated: any address may be listened on.
     if (i.opts.http && cfg.server.tokens.empty() && !loopback_listen_address(cfg.server.listen) &&
         !i.opts.allow_unauthenticated_remote)
-        co_return failure<nothing>(errc::invalid_config,
-                                   "refusing to listen on " + cfg.server.listen +
-                                       " without server.tokens; pass --insecure-no-auth to allow it",
-                                   diag);
+        co_return failure<nothing>(
+            errc::invalid_config,
+            "refusing to listen on " + cfg.server.listen +
+                " without server.tokens; pass --insecure-no-auth (baton serve) or set "
+                "service_options::allow_unauthenticated_remote to allow it",
+            diag);
     i.state = impl::phase::starting;
     std::string step = "attaching the channels";
     try {
