@@ -58,6 +58,9 @@ struct fake_telegram::impl {
     std::string token;
     asio::io_context ctx;
     tcp::acceptor acceptor{ctx};
+    // While down: the port bound but not listening (connections are refused), so that no other
+    // process of a parallel test run takes it meanwhile.
+    tcp::socket holder{ctx};
     // Keeps the thread running while the server is down (no acceptor, no connection).
     asio::executor_work_guard<asio::io_context::executor_type> busy{ctx.get_executor()};
     std::thread thread;
@@ -205,6 +208,10 @@ void fake_telegram::go_down() {
     asio::post(impl_->ctx, [this, done] {
         impl_->down = true;
         impl_->acceptor.close();
+        auto& h = impl_->holder;
+        h.open(tcp::v4());
+        h.set_option(tcp::socket::reuse_address(true));
+        h.bind({asio::ip::make_address("127.0.0.1"), impl_->port});
         done->set_value();
     });
     done->get_future().wait();
@@ -214,6 +221,7 @@ void fake_telegram::come_back() {
     auto done = std::make_shared<std::promise<void>>();
     asio::post(impl_->ctx, [this, done] {
         impl_->down = false;
+        impl_->holder.close();
         impl_->listen();
         done->set_value();
     });
