@@ -5,6 +5,8 @@
 #include <baton/json_text.hpp>
 #include <baton/log.hpp>
 
+#include <boost/beast/core/string.hpp>
+
 #include <cctype>
 #include <limits>
 
@@ -97,12 +99,7 @@ std::optional<reply> cross_site(const request_view& req, const access_options& a
     auto scheme_end = origin.find("://");
     auto authority =
         scheme_end == std::string_view::npos ? std::string_view{} : origin.substr(scheme_end + 3);
-    bool same = !authority.empty() && authority.size() == req.host.size() &&
-                std::equal(authority.begin(), authority.end(), req.host.begin(), [](char a, char b) {
-                    return std::tolower(static_cast<unsigned char>(a)) ==
-                           std::tolower(static_cast<unsigned char>(b));
-                });
-    if (same) return std::nullopt;
+    if (!authority.empty() && boost::beast::iequals(authority, req.host)) return std::nullopt;
     return error_reply(errc::forbidden,
                        "Origin: " + std::string(origin) +
                            ": without server.tokens the daemon answers web pages of its own origin "

@@ -2,8 +2,9 @@
 
 #include <baton/command.hpp>
 
+#include <boost/beast/core/string.hpp>
+
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <limits>
@@ -171,12 +172,7 @@ std::optional<std::string> addressed_text(std::string_view text, std::string_vie
     auto at = cmd->word.find('@');
     if (at == std::string_view::npos || at < 2) return std::string(text);
     auto to = cmd->word.substr(at + 1);
-    bool ours = me.empty() || (to.size() == me.size() &&
-                               std::equal(to.begin(), to.end(), me.begin(), [](char a, char b) {
-                                   return std::tolower(static_cast<unsigned char>(a)) ==
-                                          std::tolower(static_cast<unsigned char>(b));
-                               }));
-    if (!ours) return std::nullopt;
+    if (!me.empty() && !boost::beast::iequals(to, me)) return std::nullopt;
     auto begin = static_cast<std::size_t>(cmd->word.data() - text.data());
     std::string out(text.substr(0, begin + at));
     out += text.substr(begin + cmd->word.size());
