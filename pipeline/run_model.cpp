@@ -155,7 +155,7 @@ asio::awaitable<model_output> agent_loop(turn_context& ctx, model_request& req, 
             c = co_await call_model(ctx, req);
         }
         if (ctx.internal.window) ctx.internal.window->learn(c.prompt_tokens, budget.raw);
-        out.steps = progress.steps = step;
+        out.steps = step; // progress.steps was set as the call began
         out.usage.prompt_tokens += c.prompt_tokens;
         out.usage.completion_tokens += c.completion_tokens;
         progress.usage = out.usage;
