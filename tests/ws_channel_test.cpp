@@ -262,6 +262,24 @@ BOOST_AUTO_TEST_CASE(a_frame_over_the_limit_closes_with_1009_and_the_daemon_goes
     BOOST_TEST(d.request("GET", "/healthz").status == 200u);
 }
 
+// Found by a new-user check: a frame whose header announced 2^40 bytes was refused only once the
+// limit's worth had arrived; a client that sent a few bytes of it waited for nothing.
+BOOST_AUTO_TEST_CASE(a_frame_header_announcing_more_than_the_limit_closes_with_1009_at_once) {
+    model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_frame_bytes", 1024}}}}}});
+    auto ws =
+        std::make_unique<ws_client>(d.daemon->host(), d.daemon->port(), std::chrono::milliseconds(3000));
+    // A masked text frame, FIN set, with a 64-bit length of 2^40 and the first 16 bytes of it.
+    std::string frame = {'\x81', '\xff', 0, 0, 1, 0, 0, 0, 0, 0, 1, 2, 3, 4};
+    frame += std::string(16, 'x');
+    ws->send_raw(frame);
+    BOOST_TEST(!ws->read().has_value());
+    BOOST_TEST(ws->close_code() == 1009);
+    // A frame just within the limit is still taken.
+    auto again = open_ws(d);
+    again->send_text(R"({"type":"ping","pad":")" + std::string(1000, 'p') + "\"}");
+    BOOST_TEST(string_at(again->read_until(frame_type("pong")), "type") == "pong");
+}
+
 BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_connections", 1}}}}}});
     auto first = open_ws(d);

@@ -88,6 +88,12 @@ void ws_client::send_binary(std::string_view bytes) {
     BOOST_REQUIRE_MESSAGE(!ec, "WebSocket write failed: " << ec.message());
 }
 
+void ws_client::send_raw(std::string_view bytes) {
+    boost::system::error_code ec;
+    asio::write(impl_->ws.next_layer(), asio::buffer(bytes.data(), bytes.size()), ec);
+    BOOST_REQUIRE_MESSAGE(!ec, "TCP write failed: " << ec.message());
+}
+
 std::optional<json::object> ws_client::read() {
     beast::flat_buffer buffer;
     boost::system::error_code ec;

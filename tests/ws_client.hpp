@@ -34,6 +34,8 @@ public:
     // Sends without failing the test when the server has already closed (an oversized frame).
     bool try_send_text(std::string_view text);
     void send_binary(std::string_view bytes);
+    // Writes bytes on the TCP connection as they are (a hand-made frame, masking included).
+    void send_raw(std::string_view bytes);
     // The next frame as JSON; nullopt when the connection closed or the read timed out (then
     // close_code() says how the server closed it, 0 when it did not).
     std::optional<boost::json::object> read();

@@ -163,7 +163,10 @@ asio::awaitable<void> session<NextLayer>::read_loop(std::shared_ptr<session<Next
         auto [ec, n] =
             co_await ws_.async_read_some(buffer, std::min<std::size_t>(limit + 1, 65536), use_tuple);
         if (ec) break; // closed or timed out
-        if (buffer.size() > limit) {
+        // Within a frame, Beast's hint is what is left of it: a frame whose header announces more
+        // than the limit is refused as soon as its first bytes arrive, not after the limit's worth.
+        std::size_t left = ws_.is_message_done() ? 0 : ws_.read_size_hint(1);
+        if (buffer.size() > limit || (left > 1 && left > limit - buffer.size())) {
             bool closed_already;
             {
                 std::lock_guard lock(self->mutex_);
