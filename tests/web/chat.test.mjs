@@ -256,6 +256,28 @@ async function run() {
   check(after === 0, `after a reload ${after} old replies were shown again`);
   check(pageErrors.length === 0, `errors in the page: ${pageErrors.join('; ')}`);
   await withTokens();
+  await withoutWebSocket();
+}
+
+// 5. A daemon whose WebSocket channel is off: the page says so once and does not retry (it said
+// "disconnected, retrying" forever).
+async function withoutWebSocket() {
+  const config = join(work, 'no-ws.json');
+  writeFileSync(config, JSON.stringify({ channels: { ws: { enabled: false } } }));
+  const base = await start('baton (no ws)', args.baton,
+    ['serve', '--config', config, '--listen', '127.0.0.1:0', '--data', join(work, 'data-no-ws')]);
+  const page = await browser.newPage();
+  page.setDefaultTimeout(WAIT_MS);
+  const sockets = [];
+  page.on('websocket', (ws) => sockets.push(ws.url()));
+  await page.goto(`${base}/?session=no-ws-${process.pid}`);
+  await expect('the page did not say the WebSocket channel is off', page.waitForFunction(
+    () => /channel is off/.test(document.querySelector('#status').textContent)));
+  await page.waitForTimeout(1500); // longer than the first retry's 0.5 s
+  check(/channel is off/.test(await page.textContent('#status')), 'the page went on retrying');
+  check(sockets.length === 0, `the page opened ${sockets.length} WebSockets to a daemon without them`);
+  await page.close();
+  log('the page against a daemon without WebSocket passed');
 }
 
 // 4. A daemon with bearer tokens behind TLS (a self-signed certificate, which this browser
