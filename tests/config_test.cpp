@@ -220,6 +220,14 @@ BOOST_AUTO_TEST_CASE(wrong_types_have_their_path) {
                "agents.default.limits.max_steps: expected integer");
     BOOST_TEST(errors_of(R"({"agents": {"default": {"limits": {"max_steps": 1.5}}}})") ==
                "agents.default.limits.max_steps: expected integer");
+    // A whole number past 64 bits is out of range, not "not an integer".
+    BOOST_TEST(errors_of(R"({"tenants": {"a": {"limits": {"tokens_per_day": 1e30}}}})") ==
+               "tenants.a.limits.tokens_per_day: must be between 0 and 9223372036854775807");
+    BOOST_TEST(
+        errors_of(R"({"tenants": {"a": {"limits": {"tokens_per_day": 18446744073709551615}}}})") ==
+        "tenants.a.limits.tokens_per_day: must be between 0 and 9223372036854775807");
+    BOOST_TEST(errors_of(R"({"agents": {"default": {"limits": {"max_steps": -1e30}}}})")
+                   .find("agents.default.limits.max_steps: must be >= 1") == 0u);
     BOOST_TEST(errors_of(R"({"server": {"listen": 8080}})") == "server.listen: expected string");
     BOOST_TEST(errors_of(R"({"channels": {"ws": {"enabled": "yes"}}})") ==
                "channels.ws.enabled: expected boolean");

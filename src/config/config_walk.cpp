@@ -3,6 +3,8 @@
 #include <baton/types.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 namespace baton::detail {
 
@@ -66,13 +68,17 @@ bool read_int(config_errors& errors, const json::value& v, const std::string& pa
     // to_number accepts 1e3 (a double with an exact integer value) but not 1.5 or true.
     json::error_code ec;
     std::int64_t n = v.is_number() ? v.to_number<std::int64_t>(ec) : 0;
-    if (!v.is_number() || ec) {
+    // A whole number too big for 64 bits (1e30, 2^64) is out of range, not "not an integer".
+    bool whole_but_huge = ec && (v.is_uint64() || (v.is_double() && std::isfinite(v.get_double()) &&
+                                                   std::trunc(v.get_double()) == v.get_double()));
+    if (!v.is_number() || (ec && !whole_but_huge)) {
         errors.push_back({path, "expected integer"});
         return false;
     }
-    if (n < min || n > max) {
+    if (whole_but_huge || n < min || n > max) {
+        bool too_big = whole_but_huge ? (v.is_uint64() || v.get_double() > 0) : n > max;
         std::string range =
-            max == std::numeric_limits<std::int64_t>::max()
+            max == std::numeric_limits<std::int64_t>::max() && !too_big
                 ? "must be >= " + std::to_string(min)
                 : "must be between " + std::to_string(min) + " and " + std::to_string(max);
         errors.push_back({path, std::move(range)});
