@@ -1,5 +1,7 @@
 #include "channels/schedule/cron.hpp"
 
+#include <boost/beast/core/string.hpp>
+
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -43,13 +45,6 @@ constexpr std::array<field_spec, 5> fields{{
     {"day-of-week", 0, 7, 6, day_names.data(), day_names.size(), 0},
 }};
 
-bool iequals(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (std::size_t i = 0; i < a.size(); ++i)
-        if (std::tolower(static_cast<unsigned char>(a[i])) != b[i]) return false;
-    return true;
-}
-
 std::string quoted(std::string_view s) {
     return "\"" + std::string(s) + "\"";
 }
@@ -72,7 +67,7 @@ std::optional<int> parse_value(std::string_view s, const field_spec& f, std::str
         }
     }
     for (std::size_t i = 0; i < f.name_count; ++i)
-        if (iequals(s, f.names[i])) return f.first_named + static_cast<int>(i);
+        if (boost::beast::iequals(s, f.names[i])) return f.first_named + static_cast<int>(i);
     error = quoted(s) + (f.names ? " is not a number or a name" : " is not a number");
     return std::nullopt;
 }
