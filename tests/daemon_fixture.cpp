@@ -347,6 +347,27 @@ connection::drained connection::read_until_close() {
     }
 }
 
+std::string connection::read_until_seen(const std::vector<std::string>& needles) {
+    std::string bytes = beast::buffers_to_string(impl_->buffer.data());
+    impl_->buffer.consume(impl_->buffer.size());
+    auto s = impl_->stream();
+    auto all_seen = [&] {
+        return std::all_of(needles.begin(), needles.end(),
+                           [&](const std::string& n) { return bytes.find(n) != std::string::npos; });
+    };
+    char chunk[4096];
+    while (!all_seen()) {
+        error_code ec;
+        std::size_t n = s.read_some(asio::buffer(chunk), ec);
+        bytes.append(chunk, n);
+        if (ec) {
+            impl_->error = "read: " + ec.message();
+            break;
+        }
+    }
+    return bytes;
+}
+
 std::string connection::last_error() const {
     return impl_->error;
 }

@@ -74,6 +74,9 @@ public:
     };
     // Reads until the peer closes the connection or the deadline passes.
     drained read_until_close();
+    // Reads until what was received contains every one of `needles`, the peer closes or the
+    // deadline passes; returns all that was received.
+    std::string read_until_seen(const std::vector<std::string>& needles);
     std::string last_error() const;
 
 private:

@@ -280,6 +280,31 @@ BOOST_AUTO_TEST_CASE(a_frame_header_announcing_more_than_the_limit_closes_with_1
     BOOST_TEST(string_at(again->read_until(frame_type("pong")), "type") == "pong");
 }
 
+// Found by a new-user check: a frame sent in the same write as the upgrade request (before the
+// 101; RFC 6455 says to wait, some clients do not) was dropped without a word, a message with it.
+BOOST_AUTO_TEST_CASE(frames_sent_with_the_upgrade_request_are_read) {
+    model_daemon d;
+    d.model.push(fake_reply::completion("early reply"));
+    auto masked = [](std::string_view text) {
+        std::string f = {'\x81', static_cast<char>(0x80 | text.size()), 1, 2, 3, 4};
+        for (std::size_t i = 0; i < text.size(); ++i)
+            f += static_cast<char>(text[i] ^ "\x01\x02\x03\x04"[i % 4]);
+        return f;
+    };
+    std::string bytes = "GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                        "Sec-WebSocket-Version: 13\r\n\r\n";
+    bytes += masked(R"({"type":"ping","id":"p1"})");
+    bytes += masked(R"({"type":"message","session":"early","text":"hi","events":false})");
+    auto c = d.connect();
+    BOOST_TEST_REQUIRE(c.write(bytes));
+    auto got = c.read_until_seen({R"("type":"pong")", R"("type":"accepted")", "early reply"});
+    BOOST_TEST(got.find("HTTP/1.1 101") == 0u, got);
+    BOOST_TEST(got.find(R"("type":"pong")") != std::string::npos, got);
+    BOOST_TEST(got.find(R"("type":"accepted")") != std::string::npos, got);
+    BOOST_TEST(got.find("early reply") != std::string::npos, got);
+}
+
 BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_connections", 1}}}}}});
     auto first = open_ws(d);

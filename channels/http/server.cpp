@@ -626,9 +626,11 @@ asio::awaitable<void> http_server::impl::serve(std::shared_ptr<impl> self, Strea
             auto ex = stream.get_executor();
             boost::system::error_code blocking_ec;
             tcp_layer.socket().non_blocking(false, blocking_ec); // as the WebSocket code expects it
+            // What came after the upgrade request is the client's first frames.
+            std::string early(static_cast<const char*>(buffer.data().data()), buffer.size());
             asio::co_spawn(ex,
                            ws::serve(*self->ws, std::move(slot), std::move(stream), parser.release(),
-                                     std::get<caller>(std::move(authorized))),
+                                     std::get<caller>(std::move(authorized)), std::move(early)),
                            log::spawn_logger{"ws connection"});
             co_return;
         }

@@ -67,8 +67,9 @@ public:
 
     asio::any_io_executor executor() { return ws_.get_executor(); }
 
-    // The upgrade; false when it failed. The request is not kept after it.
-    asio::awaitable<bool> accept(bhttp::request<bhttp::string_body> req);
+    // The upgrade; false when it failed. The request is not kept after it; `early` (bytes after
+    // it, already read) is read as frames.
+    asio::awaitable<bool> accept(bhttp::request<bhttp::string_body> req, std::string early);
     // Reads frames until the connection ends.
     static asio::awaitable<void> read_loop(std::shared_ptr<session> self);
 
@@ -130,7 +131,8 @@ asio::awaitable<void> session<NextLayer>::write_loop(std::shared_ptr<session<Nex
 }
 
 template <class NextLayer>
-asio::awaitable<bool> session<NextLayer>::accept(bhttp::request<bhttp::string_body> req) {
+asio::awaitable<bool> session<NextLayer>::accept(bhttp::request<bhttp::string_body> req,
+                                                 std::string early) {
     auto timeouts = websocket::stream_base::timeout::suggested(beast::role_type::server);
     timeouts.idle_timeout = ch_.opts().idle_timeout;
     timeouts.keep_alive_pings = true;
@@ -147,7 +149,21 @@ asio::awaitable<bool> session<NextLayer>::accept(bhttp::request<bhttp::string_bo
     // connection down before the peer has read the 1009 close frame.
     ws_.read_message_max(0);
     beast::get_lowest_layer(ws_).expires_never();
-    auto [aec] = co_await ws_.async_accept(req, use_tuple);
+    if (early.empty()) {
+        auto [aec] = co_await ws_.async_accept(req, use_tuple);
+        co_return !aec;
+    }
+    // Frames sent before the 101 (RFC 6455 says to wait for it; some clients do not) would be lost
+    // with the request overload, which starts with an empty read buffer: the buffers overload reads
+    // the upgrade again from bytes given to it and keeps what follows for the frames. The body, if
+    // the upgrade had one, is not among them.
+    std::string bytes;
+    bytes.append(req.method_string()).append(" ").append(req.target()).append(" HTTP/1.1\r\n");
+    for (const auto& f : req)
+        if (f.name() != bhttp::field::content_length && f.name() != bhttp::field::transfer_encoding)
+            bytes.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+    bytes.append("\r\n").append(early);
+    auto [aec] = co_await ws_.async_accept(asio::buffer(bytes), use_tuple);
     co_return !aec;
 }
 
@@ -319,10 +335,10 @@ asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std:
 
 template <class NextLayer>
 asio::awaitable<void> run(channel& ch, std::shared_ptr<void> slot, NextLayer stream,
-                          bhttp::request<bhttp::string_body> req, caller who) {
+                          bhttp::request<bhttp::string_body> req, caller who, std::string early) {
     auto s =
         std::make_shared<session<NextLayer>>(ch, std::move(slot), std::move(stream), std::move(who));
-    if (!co_await s->accept(std::move(req))) co_return;
+    if (!co_await s->accept(std::move(req), std::move(early))) co_return;
     // This coroutine ends here, with the upgrade request it holds.
     auto ex = s->executor();
     asio::co_spawn(ex, session<NextLayer>::read_loop(std::move(s)), log::spawn_logger{"ws connection"});
@@ -330,14 +346,14 @@ asio::awaitable<void> run(channel& ch, std::shared_ptr<void> slot, NextLayer str
 } // namespace
 
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot, beast::tcp_stream stream,
-                            bhttp::request<bhttp::string_body> req, caller who) {
-    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who));
+                            bhttp::request<bhttp::string_body> req, caller who, std::string early) {
+    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who), std::move(early));
 }
 
 asio::awaitable<void> serve(channel& ch, std::shared_ptr<void> slot,
                             beast::ssl_stream<beast::tcp_stream> stream,
-                            bhttp::request<bhttp::string_body> req, caller who) {
-    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who));
+                            bhttp::request<bhttp::string_body> req, caller who, std::string early) {
+    return run(ch, std::move(slot), std::move(stream), std::move(req), std::move(who), std::move(early));
 }
 
 } // namespace baton::ws
