@@ -215,6 +215,20 @@ BOOST_AUTO_TEST_CASE(unknown_keys_have_their_path) {
                R"(agents["my agent"].x: unknown key)");
 }
 
+// Found by a new-user check: every Telegram message and schedule fire was dropped at run time.
+BOOST_AUTO_TEST_CASE(a_channel_without_an_agent_needs_the_default_one) {
+    BOOST_TEST(errors_of(R"({"agents": {"helper": {}}, "channels": {
+        "schedules": [{"every_ms": 60000, "session": "s1", "text": "hi"}],
+        "telegram": {"token_env": "TG"}}})") ==
+               "channels.telegram.agent: required: the agents do not include \"default\", which a "
+               "channel that names none uses\n"
+               "channels.schedules[0].agent: required: the agents do not include \"default\", which "
+               "a channel that names none uses");
+    BOOST_TEST(errors_of(R"({"agents": {"helper": {}}, "channels": {
+        "schedules": [{"every_ms": 60000, "session": "s1", "text": "hi", "agent": "helper"}],
+        "telegram": {"token_env": "TG", "agent": "helper"}}})") == "");
+}
+
 BOOST_AUTO_TEST_CASE(wrong_types_have_their_path) {
     BOOST_TEST(errors_of(R"({"agents": {"default": {"limits": {"max_steps": "12"}}}})") ==
                "agents.default.limits.max_steps: expected integer");

@@ -379,6 +379,19 @@ void read_webhook(config_errors& e, const json::value& v, std::string path, chan
     }
 }
 
+// A channel's "agent", given or the default: it must be configured, or every message or fire of
+// the channel would be dropped at run time (found by a new-user check: a config whose agents do
+// not include "default" passed with a Telegram channel or schedule that named none).
+void check_channel_agent(object_reader& o, const config& cfg, std::string& agent) {
+    if (o.find("agent")) {
+        if (o.read("agent", agent) && cfg.agents.count(agent) == 0)
+            o.fail("agent", "unknown agent \"" + agent + "\"");
+    } else if (cfg.agents.count(agent) == 0) {
+        o.fail("agent", "required: the agents do not include \"" + agent +
+                            "\", which a channel that names none uses");
+    }
+}
+
 void read_telegram(config_errors& e, const json::value& v, std::string path, const config& cfg,
                    channels_config& out) {
     object_reader o(e, v, std::move(path),
@@ -391,8 +404,7 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, con
     if (o.require("token_env") && o.read_text("token_env", token_env))
         out.telegram_token_env = token_env;
     read_url(o, "api_base", out.telegram_api_base);
-    if (o.read("agent", out.telegram_agent) && cfg.agents.count(out.telegram_agent) == 0)
-        o.fail("agent", "unknown agent \"" + out.telegram_agent + "\"");
+    check_channel_agent(o, cfg, out.telegram_agent);
     // Zero is meaningful for these two (no debounce, no pacing), so not the `*_ms` reader.
     std::int64_t ms = 0;
     if (o.read("debounce_ms", ms, 0)) out.telegram_debounce = milliseconds(ms);
@@ -469,8 +481,7 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
     }
     if (o.require("session") && o.read("session", out.session) && !valid_session_id(out.session))
         o.fail("session", "expected 1-128 characters of [A-Za-z0-9._:@-]");
-    if (o.read("agent", out.agent) && cfg.agents.count(out.agent) == 0)
-        o.fail("agent", "unknown agent \"" + out.agent + "\"");
+    check_channel_agent(o, cfg, out.agent);
     if (o.require("text")) o.read_text("text", out.text);
     if (const json::value* d = o.find("deliver"))
         read_schedule_deliver(e, *d, o.path("deliver"), cfg, out);
