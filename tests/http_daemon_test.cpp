@@ -7,6 +7,12 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
+
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -472,6 +478,23 @@ BOOST_FIXTURE_TEST_CASE(accepted_turns_survive_a_crash, daemon_fixture) {
     auto r = post_message("dur-0", "after the crash");
     BOOST_TEST_REQUIRE(r.status == 202u, r.body);
     BOOST_TEST(string_at(wait_for_turn(turn_id_of(r)), "reply") == "echo: after the crash");
+}
+
+// Found by a new-user check: with stderr a pipe whose reader had gone (`2>&1 | head`, a log
+// shipper restarting), the next log line killed the daemon with SIGPIPE; SIGHUP killed it at once.
+BOOST_AUTO_TEST_CASE(a_gone_log_reader_does_not_kill_the_daemon_and_sighup_drains) {
+    scratch_dir dir;
+    auto fifo = dir.root / "stderr.fifo";
+    BOOST_TEST_REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    BOOST_TEST_REQUIRE(reader >= 0);
+    daemon_process d({"serve", "--listen", "127.0.0.1:0", "--data", (dir.root / "data").string()}, fifo);
+    ::close(reader); // every log line from here on meets a pipe without a reader
+    connection c(d.host(), d.port());
+    BOOST_TEST(c.request("GET", "/healthz").status == 200u);
+    // The drain logs "stopping" and "stopped" on its way out: a clean exit, not 128 + SIGPIPE.
+    BOOST_TEST_REQUIRE(::kill(d.pid(), SIGHUP) == 0);
+    BOOST_TEST(d.stop() == 0, "exit code after SIGHUP, its log's reader gone");
 }
 
 BOOST_AUTO_TEST_CASE(check_config_accepts_a_valid_file) {

@@ -43,7 +43,7 @@ const char* serve_help =
   --data DIR           data directory for the SQLite store (default ./var)
   --threads N          io threads (default: hardware concurrency)
   --insecure-no-auth   allow a non-loopback address without server.tokens
-Prints `listening on http://HOST:PORT` when ready; SIGTERM/SIGINT drain and stop.
+Prints `listening on http://HOST:PORT` when ready; SIGTERM/SIGINT/SIGHUP drain and stop.
 )";
 
 const char* chat_help =

@@ -14,6 +14,7 @@
 
 #include <sqlite3.h>
 
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -90,6 +91,10 @@ std::string url_host(const tcp::endpoint& ep) {
 
 int run_daemon(const serve_options& opts) {
     tune_malloc();
+    // A log line written after stderr's reader went away (`2>&1 | head`, a log shipper that
+    // restarts) must not kill the daemon with SIGPIPE: the write fails and the daemon goes on.
+    // Sockets never raise it (sends use MSG_NOSIGNAL); the daemon starts no child processes.
+    std::signal(SIGPIPE, SIG_IGN);
     // The daemon owns its process and reads no SQLite memory statistics: without them SQLite
     // takes no global mutex around each of its allocations (~6% of a stored turn's instructions,
     // bench/RESULTS.md, session 39). Only before SQLite starts; an embedder decides for itself.
@@ -161,7 +166,8 @@ int run_daemon(const serve_options& opts) {
     asio::steady_timer idle_release(asio::make_strand(ioc));
     release_when_idle(idle_release, svc.runtime(), svc.runtime().store_calls(),
                       svc.runtime().store_calls());
-    asio::signal_set signals(ioc, SIGINT, SIGTERM);
+    // SIGHUP too (the terminal closed): a drain, not the default's instant death.
+    asio::signal_set signals(ioc, SIGINT, SIGTERM, SIGHUP);
     std::promise<int> stop_signal;
     signals.async_wait(
         [&](const boost::system::error_code& e, int sig) { stop_signal.set_value(e ? 0 : sig); });
