@@ -1109,6 +1109,17 @@ BOOST_AUTO_TEST_CASE(a_second_store_on_one_database_is_refused_until_the_first_c
     // Other readers are not held.
     raw_db raw(dir.db_path());
     BOOST_TEST(raw.scalar("SELECT count(*) FROM turns") == "2");
+    // Nor through a symlink to the file (found by a new-user check: the lock was named after the
+    // path as written, and two daemons ran the same turns).
+    auto link = std::filesystem::path(dir.db_path()).parent_path() / "link.db";
+    std::filesystem::create_symlink(dir.db_path(), link);
+    try {
+        make_sqlite_store({.path = link.string()});
+        BOOST_FAIL("a second store opened the database through a symlink");
+    } catch (const std::runtime_error& e) {
+        BOOST_TEST(std::string(e.what()).find("is in use by another baton process") != std::string::npos,
+                   e.what());
+    }
     first.reset();
     auto second = open_store("sqlite", dir);
     BOOST_TEST(second->unfinished_turns().size() == 2u);

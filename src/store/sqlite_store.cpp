@@ -69,7 +69,11 @@ public:
         }
         if (std::filesystem::is_directory(path))
             throw std::runtime_error("sqlite: " + db_path + " is a directory");
-        const std::string lock_path = db_path + "-lock";
+        // Beside the file the path leads to, as SQLite's own -wal and -shm are: a symlink to the
+        // database (or through a linked directory) must meet the same lock.
+        std::error_code cec;
+        auto real = std::filesystem::weakly_canonical(path, cec);
+        const std::string lock_path = (cec ? db_path : real.string()) + "-lock";
         fd_ = ::open(lock_path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
         if (fd_ < 0)
             throw std::runtime_error("sqlite: cannot open " + lock_path + ": " + std::strerror(errno));
