@@ -407,8 +407,9 @@ void read_telegram(config_errors& e, const json::value& v, std::string path, con
     check_channel_agent(o, cfg, out.telegram_agent);
     // Zero is meaningful for these two (no debounce, no pacing), so not the `*_ms` reader.
     std::int64_t ms = 0;
-    if (o.read("debounce_ms", ms, 0)) out.telegram_debounce = milliseconds(ms);
-    if (o.read("send_interval_ms", ms, 0)) out.telegram_send_interval = milliseconds(ms);
+    if (o.read("debounce_ms", ms, 0, detail::max_duration_ms)) out.telegram_debounce = milliseconds(ms);
+    if (o.read("send_interval_ms", ms, 0, detail::max_duration_ms))
+        out.telegram_send_interval = milliseconds(ms);
     // The Bot API allows 0 to 50 s; 0 (short polling) would call it without a pause.
     o.read("poll_timeout_s", out.telegram_poll_timeout_s, 1, 50);
     const json::array* chats = o.array("allow_chats");
@@ -472,7 +473,7 @@ void read_schedule(config_errors& e, const json::value& v, std::string path, con
     if (o.has("every_ms") == o.has("cron")) o.fail("", "expected exactly one of every_ms, cron");
     std::int64_t every = 0;
     // Ten years at most: slot arithmetic stays far from overflow.
-    if (o.read("every_ms", every, 1, 315'360'000'000)) out.every_ms = every;
+    if (o.read("every_ms", every, 1, detail::max_duration_ms)) out.every_ms = every;
     if (o.read_text("cron", out.cron)) {
         if (auto parsed = parse_cron(out.cron); !parsed)
             o.fail("cron", parsed.error());

@@ -161,7 +161,9 @@ bool object_reader::read(std::string_view key, std::int64_t& out, std::int64_t m
 
 bool object_reader::read(std::string_view key, std::chrono::milliseconds& out, std::int64_t min) const {
     std::int64_t ms = 0;
-    if (!read(key, ms, min)) return false;
+    // At most ten years: a deadline of now plus more overflows the clock's nanoseconds (found by a
+    // new-user check: 1e16 ms timed every request out at once, and a heartbeat of it busy-looped).
+    if (!read(key, ms, min, max_duration_ms)) return false;
     out = std::chrono::milliseconds(ms);
     return true;
 }

@@ -19,6 +19,9 @@ namespace baton::detail {
 
 using config_errors = std::vector<config_error>;
 
+// The longest duration a config takes (`*_ms`): ten years.
+inline constexpr std::int64_t max_duration_ms = 315'360'000'000;
+
 // Parses JSON text; syntax errors (with line and column) and duplicate keys go to `errors`.
 // Returns null when the text is not valid JSON.
 boost::json::value parse_json_strict(std::string_view text, config_errors& errors);
