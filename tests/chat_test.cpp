@@ -110,7 +110,9 @@ BOOST_AUTO_TEST_CASE(bad_options_exit_2_with_a_message) {
                                           {"chat", "--url", "ftp://127.0.0.1:1"},
                                           {"chat", "--url", "ws://127.0.0.1:1", "--cacert", "/tmp/x"},
                                           {"chat", "--cacert", "/tmp/x"},
-                                          {"chat", "--url", "ws://127.0.0.1:1", "--data", "/tmp/x"}}) {
+                                          {"chat", "--url", "ws://127.0.0.1:1", "--data", "/tmp/x"},
+                                          {"chat", "--token=x"}, // found by a docs review
+                                          {"chat", "--data", ""}}) {
         // baton may exit before it reads its input, so the write may fail: not checked.
         cli_process p(args);
         (void)p.write("hello\n");

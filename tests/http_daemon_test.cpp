@@ -541,6 +541,23 @@ BOOST_AUTO_TEST_CASE(serve_refuses_a_malformed_listen_address_as_such) {
     }
 }
 
+// Found by a new-user check: `serve --bogus` said "--bogus needs a value"; `--data ""` put the
+// database in the working directory; `token hash --help` exited 2.
+BOOST_AUTO_TEST_CASE(serve_names_a_bad_argument_for_what_it_is) {
+    for (auto [args, said] : {std::pair<std::vector<std::string>, std::string>{{"serve", "--bogus"},
+                                                                               "unknown option --bogus"},
+                              {{"serve", "extra"}, "unexpected argument extra"},
+                              {{"serve", "--data", ""}, "--data: expected a directory"},
+                              {{"serve", "--data="}, "--data: expected a directory"}}) {
+        auto r = run_baton(args);
+        BOOST_TEST(r.exit_code == 2, r.output);
+        BOOST_TEST(r.output.find(said) != std::string::npos, r.output);
+    }
+    auto help = run_baton({"token", "hash", "--help"});
+    BOOST_TEST(help.exit_code == 0, help.output);
+    BOOST_TEST(help.output.find("baton token hash") != std::string::npos, help.output);
+}
+
 BOOST_AUTO_TEST_CASE(version_exits_0) {
     auto r = run_baton({"--version"});
     BOOST_TEST(r.exit_code == 0, r.output);

@@ -117,8 +117,14 @@ int serve(const std::vector<std::string>& args) {
             opts.insecure_no_auth = true;
             continue;
         }
-        std::string name, value;
+        std::string name = a.substr(0, a.find('=')), value;
+        static const char* const known[] = {"--config", "--listen", "--data", "--threads"};
+        if (std::find(std::begin(known), std::end(known), name) == std::end(known))
+            return usage_error((a.starts_with("-") ? "unknown option " : "unexpected argument ") + a,
+                               serve_help);
         if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", serve_help);
+        if (name == "--data" && value.empty())
+            return usage_error("--data: expected a directory, not an empty string", serve_help);
         if (name == "--config")
             opts.config_file = value;
         else if (name == "--listen") {
@@ -151,6 +157,7 @@ int serve(const std::vector<std::string>& args) {
 int chat(const std::vector<std::string>& args) {
     baton::chat_options opts;
     opts.session = baton::default_chat_session();
+    bool token_option = false; // --token X or --token=X, not BATON_TOKEN
     for (std::size_t i = 0; i < args.size(); ++i) {
         const std::string& a = args[i];
         if (a == "--help" || a == "-h") {
@@ -164,6 +171,9 @@ int chat(const std::vector<std::string>& args) {
             return usage_error((a.starts_with("-") ? "unknown option " : "unexpected argument ") + a,
                                chat_help);
         if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", chat_help);
+        if (name == "--data" && value.empty())
+            return usage_error("--data: expected a directory, not an empty string", chat_help);
+        if (name == "--token") token_option = true;
         if (name == "--session")
             opts.session = value;
         else if (name == "--url")
@@ -182,7 +192,7 @@ int chat(const std::vector<std::string>& args) {
     if (!opts.token) {
         if (const char* env = std::getenv("BATON_TOKEN"); env && *env) opts.token = env;
     }
-    if (opts.token && !opts.url && std::find(args.begin(), args.end(), "--token") != args.end())
+    if (token_option && !opts.url)
         return usage_error("--token is for a daemon (--url), not the in-process chat", chat_help);
     if (opts.ca_file && !opts.url)
         return usage_error("--cacert is for a daemon (--url), not the in-process chat", chat_help);
@@ -242,6 +252,10 @@ int token(const std::vector<std::string>& args) {
         return args.empty() ? 2 : 0;
     }
     if (args[0] == "hash") {
+        if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
+            std::cout << token_help;
+            return 0;
+        }
         if (args.size() != 1) return usage_error("token hash takes no options", token_help);
         std::string line;
         std::getline(std::cin, line);

@@ -138,7 +138,7 @@ void read_server(config_errors& e, config_errors& warnings, const json::value& v
     if (const json::value* t = o.find("tls")) read_tls(e, *t, o.path("tls"), out.tls);
     if (o.read("listen", out.listen) && !valid_listen_address(out.listen))
         o.fail("listen", "expected IP:PORT (an IPv4 address, [IPv6] or localhost; port 0..65535)");
-    o.read("threads", out.threads, 0);
+    o.read("threads", out.threads, 0, 1024); // as --threads
     o.read("max_body_bytes", out.max_body_bytes, 1);
     o.read("header_timeout_ms", out.header_timeout);
     o.read("idle_timeout_ms", out.idle_timeout);
@@ -562,6 +562,11 @@ config_result parse_config(std::string_view json_text) {
         }
     }
     if (const json::value* v = o.find("channels")) read_channels(r.errors, *v, r.cfg, r.cfg.channels);
+    if (r.cfg.server.tokens.empty() && !loopback_listen_address(r.cfg.server.listen))
+        r.warnings.push_back({"server.listen",
+                              "a non-loopback address without server.tokens: refused at start "
+                              "unless --insecure-no-auth (baton serve) or "
+                              "allow_unauthenticated_remote (service_options)"});
     if (!r.cfg.server.tokens.empty() && !r.cfg.server.tls &&
         !loopback_listen_address(r.cfg.server.listen))
         r.warnings.push_back({"server.listen",
