@@ -169,6 +169,32 @@ BOOST_AUTO_TEST_CASE(queue_with_no_room_refuses_a_message_while_busy_and_says_wh
     d.wait_for_turn(t1);
 }
 
+// Found by a new-user check: a client retrying after a lost 202 (as the docs advise) was told
+// `session_busy` (reject) or `session_queue_full` while its turn ran, and a reuse of the key with
+// another body got the same instead of idempotency_key_reused.
+BOOST_AUTO_TEST_CASE(a_replay_is_answered_as_such_whatever_the_admission_mode_would_refuse) {
+    for (const char* m : {"reject", "queue"}) {
+        BOOST_TEST_CONTEXT(m) {
+            model_daemon d({}, false, {}, {{"admission", {{"mode", m}, {"max_queued", 0}}}});
+            d.model.push(fake_reply::completion("slow").after(std::chrono::milliseconds(1500)));
+            const header_list key{{"Idempotency-Key", "retry-1"}};
+            auto first = d.request("POST", "/v1/sessions/s1/messages", R"({"text":"first"})", key);
+            BOOST_TEST_REQUIRE(first.status == 202u, first.body);
+            auto tid = string_at(body_object(first), "turn_id");
+            d.wait_for_turn(tid, {"running"});
+            auto again = d.request("POST", "/v1/sessions/s1/messages", R"({"text":"first"})", key);
+            BOOST_TEST(again.status == 200u, again.body);
+            BOOST_TEST(string_at(body_object(again), "turn_id") == tid);
+            check_error(d.request("POST", "/v1/sessions/s1/messages", R"({"text":"other"})", key), 409,
+                        "idempotency_key_reused");
+            // A new message is still refused as the mode says.
+            auto fresh = d.request("POST", "/v1/sessions/s1/messages", R"({"text":"new"})");
+            BOOST_TEST((fresh.status == 409u || fresh.status == 429u), fresh.body);
+            d.wait_for_turn(tid);
+        }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(interrupt_through_the_websocket_channel) {
     model_daemon d({}, false, {}, mode("interrupt"));
     d.model.push(fake_reply::completion("never seen").after(std::chrono::milliseconds(3000)));

@@ -975,7 +975,14 @@ asio::awaitable<accept_result> runtime::accept(accept_request req) {
                                               std::move(req.on_stored));
     // The slot is taken before the store write so that accept order is run order.
     auto reserved = impl_->actors.reserve(key, ag->config.admission, rec);
-    if (auto* err = std::get_if<api_error>(&reserved)) co_return std::move(*err);
+    if (auto* err = std::get_if<api_error>(&reserved)) {
+        // So does a busy session (`reject`) or a full queue: a client that retries after a lost
+        // answer must not be told that its message was refused while its turn runs (found by a
+        // new-user check).
+        if (!req.idem.key.empty())
+            if (auto earlier = co_await find_replay(req)) co_return std::move(*earlier);
+        co_return std::move(*err);
+    }
     auto [actor, slot, first] = std::get<detail::reservation>(std::move(reserved));
     auto stored_rec = as_stored(rec, first);
 
