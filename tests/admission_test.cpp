@@ -270,9 +270,11 @@ BOOST_AUTO_TEST_CASE(reject_mode_answers_session_busy) {
 namespace {
 // A runtime on one io_context over `st` with the echo agent; `done` collects the finished turns.
 struct echo_runtime {
-    explicit echo_runtime(std::shared_ptr<store> s) : st(std::move(s)) {
+    explicit echo_runtime(std::shared_ptr<store> s, admission_mode mode = admission_mode::queue)
+        : st(std::move(s)) {
         agent a;
         a.model = make_echo_model();
+        a.config.admission.mode = mode;
         fw.add_agent(a);
         rt.on_turn_finished([this](const turn_record& r) { done.push_back(r); });
     }
@@ -386,9 +388,17 @@ public:
     }
     std::vector<outbox_item> end_turn(turn_end& e) override {
         ++writes;
+        {
+            std::lock_guard lock(ends_mutex);
+            auto& ids = ends.emplace_back();
+            for (const auto& t : e.finished)
+                ids.push_back(t.turn_id);
+        }
         return inner->end_turn(e);
     }
     std::atomic<int> writes{0};
+    std::mutex ends_mutex;
+    std::vector<std::vector<std::string>> ends; // the records of each end_turn call
 };
 } // namespace
 
@@ -426,6 +436,40 @@ BOOST_AUTO_TEST_CASE(a_turn_is_two_store_calls) {
             BOOST_TEST(to_string(stored->status) == "completed");
             BOOST_TEST(stored->attempt == 1);
         }
+    }
+    std::filesystem::remove_all(dir);
+}
+
+// Found by a new-user check (kill -9 in a loop): the messages a collect turn answered were ended
+// each in a transaction of its own after the turn's, so a crash between the two ran one again as a
+// turn of its own, answered twice. The turn and the messages it answered end in one.
+BOOST_AUTO_TEST_CASE(a_collect_turn_and_the_messages_it_answered_end_in_one_transaction) {
+    auto dir = std::filesystem::temp_directory_path() / ("baton-fold-" + make_turn_id());
+    std::filesystem::create_directories(dir);
+    std::vector<std::string> ids;
+    {
+        auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
+        for (int i = 0; i < 3; ++i) {
+            turn_record t;
+            t.turn_id = make_turn_id();
+            t.session_id = "fold";
+            t.created_at = now_ms();
+            t.input.text = "m" + std::to_string(i);
+            st->insert_turn(t, {});
+            ids.push_back(t.turn_id);
+        }
+    }
+    {
+        auto counting = std::make_shared<counting_store>(dir / "baton.db");
+        echo_runtime r{std::shared_ptr<store>(counting), admission_mode::collect};
+        BOOST_TEST(run_bounded(r.ctx, r.rt.recover()) == 3u);
+        BOOST_TEST_REQUIRE(r.run_until(3));
+        // The first answered the other two; one end holds all three records, the turn's first.
+        BOOST_TEST_REQUIRE(counting->ends.size() == 1u);
+        BOOST_TEST(counting->ends[0] == ids);
+        for (const auto& t : r.done)
+            BOOST_TEST(to_string(t.status) == "completed");
+        BOOST_TEST(counting->unfinished_turns().empty());
     }
     std::filesystem::remove_all(dir);
 }

@@ -129,10 +129,13 @@ struct runtime::impl {
     // `progress`: the turn's own (when it ran), whose gathered writes (turn_progress::end) go in the
     // same transaction.
     asio::awaitable<void> store_start(const std::vector<std::string>& ids, time_ms at);
-    // `abandon`: nothing is stored (a turn stopped by the end of a drain's grace).
+    // `abandon`: nothing is stored (a turn stopped by the end of a drain's grace). `folded`: the
+    // final records of the messages it answered too (folded_ends), ended in the same transaction.
     asio::awaitable<void> store_final(turn_record rec, bool retry = true,
                                       std::shared_ptr<turn_progress> progress = nullptr,
-                                      bool abandon = false);
+                                      bool abandon = false, std::vector<turn_record> folded = {});
+    // What follows a stored end for one of its records: readers, waiters and observers are told.
+    void ended(const turn_record& rec);
     // A message folded into a running turn (collect, steer) now counts as running (the caller
     // has stored it so, at `at`).
     void fold(const turn_record& folded, const std::shared_ptr<running_turn>& carrier, time_ms at);
@@ -143,8 +146,8 @@ struct runtime::impl {
                                                         std::weak_ptr<running_turn> carrier,
                                                         std::string agent);
     // It ends with the turn that answered it: same status, reply and error; no steps of its own.
-    asio::awaitable<void> finish_folded(std::vector<turn_record> folded, const turn_record& carrier,
-                                        bool abandon);
+    // No longer running here; returns the final records.
+    std::vector<turn_record> folded_ends(std::vector<turn_record> folded, const turn_record& carrier);
     // Cancels the turn when it runs here (and is of `tenant`, unless empty).
     bool signal_running(const std::string& turn_id, std::string_view tenant = {});
 
@@ -499,8 +502,8 @@ void runtime::impl::fold(const turn_record& folded, const std::shared_ptr<runnin
     running[rec.turn_id] = carrier; // cancelling it cancels the turn that carries it
 }
 
-asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> folded,
-                                                   const turn_record& carrier, bool abandon) {
+std::vector<turn_record> runtime::impl::folded_ends(std::vector<turn_record> folded,
+                                                    const turn_record& carrier) {
     for (auto& rec : folded) {
         {
             std::lock_guard lock(running_mutex);
@@ -511,8 +514,8 @@ asio::awaitable<void> runtime::impl::finish_folded(std::vector<turn_record> fold
         rec.refusal = carrier.refusal;
         rec.error = carrier.error;
         if (!rec.started_at) rec.started_at = carrier.started_at;
-        co_await store_final(std::move(rec), true, nullptr, abandon);
     }
+    return folded;
 }
 
 asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, turn_record rec,
@@ -632,10 +635,11 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
     co_await asio::this_coro::reset_cancellation_state();
     progress->take_steering = nullptr;
     rt.fw_.metrics().observe_turn(std::chrono::steady_clock::now() - began);
-    auto carrier = rec;
     const bool abandon = entry->why == running_turn::reason::shutdown;
-    co_await store_final(std::move(rec), true, progress, abandon);
-    co_await finish_folded(std::move(*folded), carrier, abandon);
+    // One transaction ends the turn and the messages it answered: a crash between two ends ran a
+    // folded message again as a turn of its own, answered twice (found by a new-user check).
+    auto also = folded_ends(std::move(*folded), rec);
+    co_await store_final(std::move(rec), true, progress, abandon, std::move(also));
     rt.running_.fetch_sub(1);
 }
 
@@ -660,10 +664,17 @@ asio::awaitable<void> runtime::impl::store_start(const std::vector<std::string>&
 }
 
 asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
-                                                 std::shared_ptr<turn_progress> progress, bool abandon) {
+                                                 std::shared_ptr<turn_progress> progress, bool abandon,
+                                                 std::vector<turn_record> folded) {
     rec.finished_at = now_ms();
+    for (auto& f : folded)
+        f.finished_at = rec.finished_at;
     // Counted before anyone can read the final record.
-    if (!abandon) rt.fw_.metrics().turn_finished(rec.status);
+    if (!abandon) {
+        rt.fw_.metrics().turn_finished(rec.status);
+        for (const auto& f : folded)
+            rt.fw_.metrics().turn_finished(f.status);
+    }
     // The end of a turn is tried again until it is stored (a full disk, an I/O error that
     // passes): until then the turn reads as running, and turn.finished waits, so that no reader
     // learns an outcome a crash could still take back. A daemon that is draining gives up: the
@@ -676,6 +687,7 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
         after = std::move(progress->after_end);
     }
     end.finished.push_back(rec);
+    end.finished.insert(end.finished.end(), folded.begin(), folded.end());
     // Run once, whether the end was stored or given up.
     auto settle = [&](bool stored, const std::vector<outbox_item>& added) {
         for (auto& f : after)
@@ -687,6 +699,8 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
         // `running`, and the next start decides.
         log::warn("turn left running: the drain's grace ran out", {{"turn_id", rec.turn_id}});
         turns.forget(rec.turn_id);
+        for (const auto& f : folded)
+            turns.forget(f.turn_id);
         settle(false, {});
         co_return;
     }
@@ -704,6 +718,10 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
             actors.turn_ending(session_of(rec).key(), rec.turn_id);
             turns.finished(rec);
             quotas.add_usage(rec.tenant, clk->utc_ms(), rec.usage);
+            for (const auto& f : folded) {
+                actors.turn_ending(session_of(f).key(), f.turn_id);
+                turns.finished(f);
+            }
             if (attempt > 1)
                 log::info("stored the end of a turn at last",
                           {{"turn_id", rec.turn_id}, {"attempts", attempt}});
@@ -718,6 +736,8 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
                 // Nobody is told an end that is not stored: as after a crash, the stream stops
                 // without turn.finished and the store's record decides at the next start.
                 turns.forget(rec.turn_id);
+                for (const auto& f : folded)
+                    turns.forget(f.turn_id);
                 settle(false, {});
                 co_return;
             }
@@ -726,6 +746,12 @@ asio::awaitable<void> runtime::impl::store_final(turn_record rec, bool retry,
         co_await timer.async_wait(asio::as_tuple(asio::use_awaitable));
         pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(5));
     }
+    ended(rec);
+    for (const auto& f : folded)
+        ended(f);
+}
+
+void runtime::impl::ended(const turn_record& rec) {
     hub.open(rec.turn_id, session_of(rec))->publish("turn.finished", finished_event_data(rec));
     hub.retire(rec.turn_id);
     hand_over(rec);
