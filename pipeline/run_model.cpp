@@ -68,8 +68,9 @@ asio::awaitable<bool> take_steering(turn_context& ctx, model_request& req, reque
         auto entry = make_message("user", m.text);
         entry.turn_id = m.turn_id;
         ctx.new_entries.push_back(std::move(entry));
-        req.messages.push_back({"user", std::move(m.text), {}, {}});
+        req.messages.push_back({"user", m.text, {}, {}});
         budget.add(req.messages.back());
+        ctx.steered.push_back(std::move(m));
     }
     co_return !steered.empty();
 }

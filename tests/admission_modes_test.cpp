@@ -230,4 +230,31 @@ BOOST_AUTO_TEST_CASE(collect_through_the_websocket_channel) {
     BOOST_TEST(d.model.requests().size() == 2u);
 }
 
+// Found by a new-user check: the reply went only to the route of the turn that carried it, so a
+// folded message's own sender (here a WebSocket client behind an HTTP message) got nothing.
+BOOST_AUTO_TEST_CASE(a_folded_message_gets_the_reply_on_its_own_route) {
+    model_daemon d({}, false, {}, mode("collect"));
+    d.model.push(fake_reply::completion("first").after(std::chrono::milliseconds(600)));
+    d.model.push(fake_reply::completion("both at once"));
+    auto post = [&](std::string text) {
+        auto r = d.request("POST", "/v1/sessions/routes/messages",
+                           json::serialize(json::object{{"text", std::move(text)}}));
+        BOOST_TEST_REQUIRE(r.status == 202u, r.body);
+        return string_at(body_object(r), "turn_id");
+    };
+    auto t1 = post("one");
+    d.wait_for_turn(t1, {"running"});
+    auto t2 = post("two"); // over HTTP: it carries the collect turn
+    ws_client ws(d.daemon->host(), d.daemon->port());
+    ws.send({{"type", "message"}, {"session", "routes"}, {"text", "three"}, {"events", false}});
+    auto t3 = string_at(ws.read_until(frame_type("accepted")), "turn_id");
+    auto reply = ws.read_until(frame_type("reply"));
+    BOOST_TEST(string_at(reply, "text") == "both at once");
+    BOOST_TEST(string_at(reply, "turn_id") == t2); // the turn that answered it
+    BOOST_TEST(d.wait_for_turn(t3).at("reply").as_string() == "both at once");
+    BOOST_TEST(d.model.requests().size() == 2u);
+    ws.send({{"type", "ack"}, {"key", string_at(reply, "key")}});
+    ws.barrier();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -23,6 +23,8 @@ struct ws_client::impl {
     websocket::stream<asio::ip::tcp::socket> ws{ioc};
     int close_code = 0;
     std::string protocol;
+    std::chrono::milliseconds timeout{10000};
+    std::chrono::steady_clock::time_point read_deadline; // of the read under way
 };
 
 ws_client::ws_client(const std::string& host, unsigned short port, std::chrono::milliseconds timeout)
@@ -55,6 +57,15 @@ ws_client::ws_client(const std::string& host, unsigned short port,
     BOOST_REQUIRE_MESSAGE(!ec, "WebSocket upgrade failed: " << ec.message() << " (HTTP "
                                                              << res.result_int() << ")");
     impl_->protocol = std::string(res[boost::beast::http::field::sec_websocket_protocol]);
+    // The server's keep-alive pings reset the socket's timeout at every receive: a read that got
+    // nothing but pings past its deadline ends the connection, so that it fails instead of hanging.
+    impl_->timeout = timeout;
+    impl_->ws.control_callback([i = impl_.get()](websocket::frame_type, beast::string_view) {
+        if (std::chrono::steady_clock::now() > i->read_deadline) {
+            boost::system::error_code ignored;
+            i->ws.next_layer().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+        }
+    });
 }
 
 ws_client::~ws_client() {
@@ -97,6 +108,7 @@ void ws_client::send_raw(std::string_view bytes) {
 std::optional<json::object> ws_client::read() {
     beast::flat_buffer buffer;
     boost::system::error_code ec;
+    impl_->read_deadline = std::chrono::steady_clock::now() + impl_->timeout;
     impl_->ws.read(buffer, ec);
     if (ec) {
         if (ec == websocket::error::closed) impl_->close_code = impl_->ws.reason().code;

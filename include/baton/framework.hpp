@@ -32,10 +32,13 @@ namespace baton {
 namespace asio = boost::asio;
 
 // A message folded into another turn (admission modes `collect` and `steer`): its own turn ends
-// with the turn that answered it.
+// with the turn that answered it. Its channel and `deliver` are where its sender waits for the
+// reply: the default render_outbound sends the turn's reply there too when it is another route.
 struct steered_message {
     std::string turn_id;
     std::string text;
+    std::string channel = "http";
+    json::value deliver;
 };
 
 // What a turn has produced so far, shared with whoever runs it: when a turn is cancelled or
@@ -146,6 +149,9 @@ struct turn_context {
     // copy it or move it into a prompt, but do not edit it in place (save_state gives it back).
     std::vector<chat_message> history;
     std::vector<tape_entry> new_entries; // appended by this turn, persisted by save_state
+    // Admission mode `steer`: the messages that joined this turn at a step boundary (as
+    // inbound.collected holds those of `collect`).
+    std::vector<steered_message> steered;
     model_output output;
     std::vector<outbound> outbox;
     bool direct_command = false;

@@ -484,7 +484,7 @@ runtime::impl::steer(std::shared_ptr<session_actor> a, std::shared_ptr<std::vect
         r.started_at = at;
         r.attempt += 1;
         if (entry) fold(r, entry, at);
-        out.push_back({r.turn_id, r.input.text});
+        out.push_back({r.turn_id, r.input.text, r.input.channel, r.input.deliver});
         folded->push_back(std::move(r));
     }
     co_return out;
@@ -577,7 +577,7 @@ asio::awaitable<void> runtime::impl::run_turn(std::shared_ptr<session_actor> a, 
         inbound in;
         for (const auto& c : *folded) {
             fold(c, entry, *rec.started_at);
-            in.collected.push_back({c.turn_id, c.input.text});
+            in.collected.push_back({c.turn_id, c.input.text, c.input.channel, c.input.deliver});
         }
         in.turn_id = rec.turn_id;
         in.channel = rec.input.channel;
