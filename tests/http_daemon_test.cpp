@@ -342,6 +342,16 @@ BOOST_FIXTURE_TEST_CASE(a_body_framed_otherwise_than_chunked_is_refused_and_clos
     auto r = c.read_response();
     BOOST_TEST_REQUIRE(r.has_value(), c.last_error());
     check_error(*r, 400, "invalid_request");
+    // Two Idempotency-Keys: which one a retry must repeat would be a guess.
+    auto k = connect();
+    BOOST_TEST_REQUIRE(
+        k.write("POST /v1/sessions/sm/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nIdempotency-Key: a\r\nidempotency-key: b\r\n"
+                "Content-Length: 13\r\n\r\n{\"text\":\"hi\"}"));
+    auto kr = k.read_response();
+    BOOST_TEST_REQUIRE(kr.has_value(), k.last_error());
+    check_error(*kr, 400, "invalid_request");
+    BOOST_TEST(kr->body.find("Idempotency-Key given more than once") != std::string::npos, kr->body);
     // Nothing was stored.
     BOOST_TEST(request("GET", "/v1/sessions/sm").status == 404u);
 }

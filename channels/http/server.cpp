@@ -148,7 +148,7 @@ std::optional<http::reply> read_failure_reply(const boost::system::error_code& e
 // connection.
 std::optional<std::string> head_refusal(const bhttp::request_parser<bhttp::string_body>& parser) {
     const auto& req = parser.get();
-    std::size_t codings = 0, hosts = 0, authorizations = 0;
+    std::size_t codings = 0, hosts = 0, authorizations = 0, idempotency_keys = 0;
     for (const auto& f : req) {
         if (f.name() == bhttp::field::transfer_encoding) {
             ++codings;
@@ -164,12 +164,17 @@ std::optional<std::string> head_refusal(const bhttp::request_parser<bhttp::strin
             ++hosts;
         } else if (f.name() == bhttp::field::authorization) {
             ++authorizations;
+        } else if (beast::iequals(f.name_string(), "Idempotency-Key")) {
+            ++idempotency_keys;
         }
     }
     if (codings > 1) return "Transfer-Encoding given more than once";
     if (hosts > 1) return "Host given more than once";
     if (hosts == 0 && req.version() >= 11) return "an HTTP/1.1 request needs a Host header";
     if (authorizations > 1) return "Authorization given more than once";
+    // Which key a retry must repeat would be a guess (found by a new-user check: the first was
+    // taken, and a retry with the second made a second turn).
+    if (idempotency_keys > 1) return "Idempotency-Key given more than once";
     return std::nullopt;
 }
 
