@@ -305,6 +305,23 @@ BOOST_AUTO_TEST_CASE(frames_sent_with_the_upgrade_request_are_read) {
     BOOST_TEST(got.find("early reply") != std::string::npos, got);
 }
 
+// Found by a new-user check: HTTP answers a full queue with Retry-After: 1, the WebSocket error
+// frame said nothing of when to try again.
+BOOST_AUTO_TEST_CASE(a_full_queue_error_frame_says_when_to_retry) {
+    model_daemon d({}, false, {}, {{"admission", {{"mode", "queue"}, {"max_queued", 0}}}});
+    d.model.push(fake_reply::completion("slow").after(std::chrono::milliseconds(1500)));
+    auto ws = open_ws(d);
+    ws->send(message("wq", "first", "q-1"));
+    auto tid = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+    d.wait_for_turn(tid, {"running"});
+    ws->send(message("wq", "second", "q-2"));
+    auto refused = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(refused) == "session_queue_full");
+    BOOST_TEST(string_at(refused, "id") == "q-2");
+    BOOST_TEST(int_at(refused, "retry_after") == 1);
+    d.wait_for_turn(tid);
+}
+
 BOOST_AUTO_TEST_CASE(too_many_connections_answer_503_at_the_upgrade) {
     model_daemon d({}, false, {}, {}, json::object{{"channels", {{"ws", {{"max_connections", 1}}}}}});
     auto first = open_ws(d);

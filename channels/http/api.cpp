@@ -141,19 +141,13 @@ std::variant<caller, reply> api::authorize(const request_view& req, scope need) 
 }
 
 reply error_reply(errc code, std::string_view message) {
-    reply r = json_reply(http_status(code),
-                         json::object{{"error", {{"code", code_name(code)}, {"message", message}}}});
-    if (code == errc::session_queue_full || code == errc::overloaded || code == errc::websocket_full ||
-        code == errc::rate_limited || code == errc::quota_exceeded || code == errc::store_unavailable)
-        r.headers.emplace_back("Retry-After", "1");
-    return r;
+    return error_reply(api_error{code, std::string(message)});
 }
 
 reply error_reply(const api_error& e) {
-    auto r = error_reply(e.code, e.message);
-    if (e.retry_after_s > 0)
-        for (auto& [name, value] : r.headers)
-            if (name == "Retry-After") value = std::to_string(e.retry_after_s);
+    reply r = json_reply(http_status(e.code),
+                         json::object{{"error", {{"code", code_name(e.code)}, {"message", e.message}}}});
+    if (auto s = retry_after(e); s > 0) r.headers.emplace_back("Retry-After", std::to_string(s));
     return r;
 }
 

@@ -28,7 +28,7 @@ std::string error_frame(std::string_view id, std::string_view code, std::string_
 std::string error_frame(std::string_view id, const api_error& e) {
     json::object f{
         {"type", "error"}, {"id", frame_id(id)}, {"code", code_name(e.code)}, {"message", e.message}};
-    if (e.retry_after_s > 0) f["retry_after"] = e.retry_after_s;
+    if (auto s = retry_after(e); s > 0) f["retry_after"] = s;
     return json::serialize(f);
 }
 

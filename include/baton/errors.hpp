@@ -54,6 +54,10 @@ struct api_error {
     std::string message;
     std::int64_t retry_after_s = 0; // > 0: the Retry-After a 429 carries (seconds)
 };
+// When to try again, in seconds, as the HTTP `Retry-After` and the WebSocket error frame's
+// `retry_after` say it: `retry_after_s` when set, else 1 for the refusals that pass (a full queue,
+// an overloaded daemon, a rate, a quota, an unreachable database), else 0 (none).
+std::int64_t retry_after(const api_error& e);
 // What boost::system::result<T, api_error>::value() throws on an error: a system_error with the
 // errc and the message.
 [[noreturn]] void throw_exception_from_error(const api_error& e, const boost::source_location& loc);

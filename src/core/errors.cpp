@@ -94,4 +94,19 @@ unsigned http_status(errc e) {
     return lookup(e).status;
 }
 
+std::int64_t retry_after(const api_error& e) {
+    if (e.retry_after_s > 0) return e.retry_after_s;
+    switch (e.code) {
+    case errc::session_queue_full:
+    case errc::overloaded:
+    case errc::websocket_full:
+    case errc::rate_limited:
+    case errc::quota_exceeded:
+    case errc::store_unavailable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 } // namespace baton
