@@ -164,6 +164,35 @@ BOOST_AUTO_TEST_CASE(a_connection_can_follow_replies_only) {
     BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
 }
 
+// Found by a new-user check: with "events": false a turn that failed sent nothing at all, and the
+// client waited for a reply that would never come. It gets the turn's turn.finished; a turn that
+// replies sends only its reply, as before.
+BOOST_AUTO_TEST_CASE(replies_only_still_tells_of_a_turn_that_ends_without_a_reply) {
+    model_daemon d;
+    d.model.push(fake_reply::error(400, "no such model"));
+    d.model.push(fake_reply::completion("fine now"));
+    auto ws = open_ws(d);
+    auto quiet = message("rf", "one", "f-1");
+    quiet["events"] = false;
+    ws->send(quiet);
+    auto t1 = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+    auto fin = ws->read_until(event_named("turn.finished", t1));
+    BOOST_TEST(fin.at("data").at("status").as_string() == "failed");
+    BOOST_TEST(fin.at("data").at("error").at("code").as_string() == "model_error");
+    auto again = message("rf", "two", "f-2");
+    again["events"] = false;
+    ws->send(again);
+    auto t2 = string_at(ws->read_until(frame_type("accepted")), "turn_id");
+    auto reply = ws->read_until(frame_type("reply"));
+    BOOST_TEST(string_at(reply, "text") == "fine now");
+    d.wait_for_turn(t2);
+    ws->barrier();
+    int events = 0;
+    for (const auto& f : ws->seen)
+        if (string_at(f, "type") == "event") ++events;
+    BOOST_TEST(events == 1); // t1's end only
+}
+
 BOOST_AUTO_TEST_CASE(an_unacked_reply_is_sent_again_with_the_same_key_after_a_reconnect) {
     model_daemon d;
     d.model.push(fake_reply::completion("while you were away").after(std::chrono::milliseconds(500)));

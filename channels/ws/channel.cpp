@@ -91,15 +91,15 @@ void channel::attach(const std::shared_ptr<connection>& c) {
 }
 
 void channel::detach(const connection* c) {
-    std::vector<std::pair<session_ref, std::uint64_t>> sessions;
+    std::vector<followed> sessions;
     {
         std::lock_guard lock(mutex_);
         auto it = conns_.find(c);
         if (it == conns_.end()) return;
         sessions = std::move(it->second.sessions);
         conns_.erase(it);
-        for (const auto& [sid, listener] : sessions) {
-            auto s = by_session_.find(sid.key());
+        for (const auto& f : sessions) {
+            auto s = by_session_.find(f.session.key());
             if (s == by_session_.end()) continue;
             std::erase_if(s->second, [c](const std::weak_ptr<connection>& w) {
                 auto p = w.lock();
@@ -108,35 +108,53 @@ void channel::detach(const connection* c) {
             if (s->second.empty()) by_session_.erase(s);
         }
     }
-    for (const auto& [sid, listener] : sessions)
-        if (listener != 0) rt_.events().unlisten(sid, listener);
+    for (const auto& f : sessions)
+        if (f.listener != 0) rt_.events().unlisten(f.session, f.listener);
 }
+
+namespace {
+// A turn.finished event after which no reply comes (a turn that failed, was stopped or timed out,
+// or ended without text): what a replies-only follower is told, so that it does not wait for a
+// reply forever (found by a new-user check).
+// Read off the data's text as finished_event_data writes it ({"status":…,"reply":…}), without
+// parsing a long reply: anything else counts as no reply (an extra frame, never a missing one).
+bool ends_without_reply(const turn_event& e) {
+    if (e.type != "turn.finished") return false;
+    std::string_view d = e.data;
+    for (std::string_view answered :
+         {R"({"status":"completed","reply":")", R"({"status":"step_limit","reply":")"})
+        if (d.starts_with(answered) && d.size() > answered.size() && d[answered.size()] != '"')
+            return false;
+    return true;
+}
+} // namespace
 
 asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
                                          const session_ref& session, bool events) {
-    std::uint64_t dropped = 0; // a listener switched off, unlistened outside the lock
+    std::uint64_t dropped = 0; // a listener switched, unlistened outside the lock
     bool first = false;
     {
         std::lock_guard lock(mutex_);
         auto it = conns_.find(c.get());
         if (it == conns_.end()) co_return; // already gone
         auto& subs = it->second.sessions;
-        auto sub =
-            std::find_if(subs.begin(), subs.end(), [&](const auto& s) { return s.first == session; });
+        auto sub = std::find_if(subs.begin(), subs.end(),
+                                [&](const followed& f) { return f.session == session; });
         std::weak_ptr<connection> weak = c;
         auto listen = [&] {
-            return rt_.events().listen(session, [weak](const turn_log& log, const event_ptr& e) {
+            return rt_.events().listen(session, [weak, events](const turn_log& log, const event_ptr& e) {
+                if (!events && !ends_without_reply(*e)) return;
                 if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
             });
         };
         if (sub == subs.end()) {
-            subs.emplace_back(session, events ? listen() : 0);
+            subs.push_back({session, listen(), events});
             by_session_[session.key()].push_back(weak);
             first = true;
-        } else if (events && sub->second == 0) {
-            sub->second = listen(); // followed already: only the events switch
-        } else if (!events) {
-            dropped = std::exchange(sub->second, 0);
+        } else if (sub->events != events) {
+            // Followed already: only the events switch.
+            dropped = std::exchange(sub->listener, listen());
+            sub->events = events;
         }
     }
     if (dropped != 0) rt_.events().unlisten(session, dropped);

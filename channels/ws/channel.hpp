@@ -74,9 +74,16 @@ public:
 private:
     asio::awaitable<bool> dispatch(turn_context& ctx, const outbound& item);
 
+    // A followed session: its event listener, which forwards every event (`events` true) or only
+    // the end of a turn no reply follows (replies only).
+    struct followed {
+        session_ref session;
+        std::uint64_t listener = 0;
+        bool events = true;
+    };
     struct attached {
         std::weak_ptr<connection> conn;
-        std::vector<std::pair<session_ref, std::uint64_t>> sessions; // with their event listeners (0: none)
+        std::vector<followed> sessions;
     };
 
     runtime& rt_;
