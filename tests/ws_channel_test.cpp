@@ -229,8 +229,18 @@ BOOST_AUTO_TEST_CASE(bad_frames_get_an_error_frame_and_the_connection_stays_usab
     auto ws = open_ws(d);
     ws->send_text("this is not json");
     BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_json");
+    // JSON but not an object: as HTTP answers such a body.
     ws->send_text("[1, 2, 3]");
-    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_json");
+    BOOST_TEST(error_code_of(ws->read_until(frame_type("error"))) == "invalid_request");
+    // A field the frame does not take is refused, not ignored (a misspelt "event": false).
+    ws->send({{"type", "subscribe"}, {"session", "w3"}, {"event", false}, {"id", "u-1"}});
+    auto unknown_field = ws->read_until(frame_type("error"));
+    BOOST_TEST(error_code_of(unknown_field) == "invalid_request");
+    BOOST_TEST(string_at(unknown_field, "id") == "u-1");
+    BOOST_TEST(string_at(unknown_field, "message").find("unknown field event") == 0u,
+               string_at(unknown_field, "message"));
+    ws->send({{"type", "ping"}, {"id", "p-1"}});
+    BOOST_TEST(string_at(ws->read_until(frame_type("pong")), "id") == "p-1");
     ws->send({{"type", "dance"}, {"id", "x-1"}});
     auto unknown = ws->read_until(frame_type("error"));
     BOOST_TEST(error_code_of(unknown) == "invalid_request");
@@ -305,8 +315,8 @@ BOOST_AUTO_TEST_CASE(a_frame_header_announcing_more_than_the_limit_closes_with_1
     BOOST_TEST(ws->close_code() == 1009);
     // A frame just within the limit is still taken.
     auto again = open_ws(d);
-    again->send_text(R"({"type":"ping","pad":")" + std::string(1000, 'p') + "\"}");
-    BOOST_TEST(string_at(again->read_until(frame_type("pong")), "type") == "pong");
+    again->send_text(R"({"type":"ping","id":")" + std::string(1000, 'p') + "\"}");
+    BOOST_TEST(string_at(again->read_until(frame_type("pong")), "id") == std::string(1000, 'p'));
 }
 
 // Found by a new-user check: a frame sent in the same write as the upgrade request (before the

@@ -14,9 +14,11 @@
 #include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace baton::ws {
 
@@ -206,6 +208,34 @@ asio::awaitable<void> session<NextLayer>::read_loop(std::shared_ptr<session<Next
     self->closing_ = true;
 }
 
+// "unknown field X (…)" for a key the frame's type does not take; nullopt when all are known or
+// the type is not one of ours (refused as such).
+std::optional<std::string> unknown_field(const json::object& f, std::string_view type) {
+    static const std::pair<std::string_view, std::vector<std::string_view>> fields[] = {
+        // deliver and metadata are refused with their own reason (on_message).
+        {"message", {"type", "id", "session", "text", "agent", "events", "deliver", "metadata"}},
+        {"subscribe", {"type", "id", "session", "events"}},
+        {"ack", {"type", "id", "key"}},
+        {"cancel", {"type", "id", "turn_id"}},
+        {"ping", {"type", "id"}},
+    };
+    for (const auto& [name, known] : fields) {
+        if (name != type) continue;
+        for (const auto& kv : f) {
+            if (std::find(known.begin(), known.end(), std::string_view(kv.key())) != known.end())
+                continue;
+            std::string list;
+            for (auto k : known)
+                if (k != "deliver" && k != "metadata")
+                    list += (list.empty() ? "" : ", ") + std::string(k);
+            return "unknown field " + std::string(kv.key()) + " (a " + std::string(type) +
+                   " frame takes " + list + ")";
+        }
+        return std::nullopt;
+    }
+    return std::nullopt;
+}
+
 std::string_view string_field(const json::object& f, std::string_view key) {
     auto* v = f.if_contains(key);
     return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
@@ -222,9 +252,13 @@ std::optional<bool> events_field(const json::object& f) {
 template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std::string_view text) {
     boost::system::error_code ec;
     auto v = json::parse(text, ec);
-    if (ec || !v.is_object()) {
-        send(error_frame("", "invalid_json",
-                         ec ? "not JSON: " + ec.message() : "expected a JSON object"));
+    if (ec) {
+        send(error_frame("", "invalid_json", "not JSON: " + ec.message()));
+        co_return;
+    }
+    if (!v.is_object()) {
+        // JSON, but not a frame: refused as HTTP refuses such a body.
+        send(error_frame("", "invalid_request", "expected a JSON object"));
         co_return;
     }
     const auto& f = v.get_object();
@@ -241,8 +275,16 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
     }
     auto id = string_field(f, "id");
     auto type = string_field(f, "type");
+    if (auto unknown = unknown_field(f, type)) {
+        // Refused, as HTTP refuses an unknown field: a misspelt "event": false would otherwise run
+        // with events on (found by a new-user check).
+        send(error_frame(id, "invalid_request", *unknown));
+        co_return;
+    }
     if (type == "ping") {
-        send(R"({"type":"pong"})");
+        // The answer to a ping carries its id, as every answer does.
+        send(id.empty() ? std::string(R"({"type":"pong"})")
+                        : json::serialize(json::object{{"type", "pong"}, {"id", id}}));
     } else if (type == "message") {
         co_await on_message(f, id);
     } else if (type == "subscribe") {
