@@ -106,7 +106,8 @@ public:
 
     // Picks up what an earlier process left: items in `sending` become pending and `uncertain`,
     // then every pending item of a registered channel is queued (keeping its backoff); items of a
-    // channel or recipient no longer configured are marked failed. Then workers run.
+    // recipient no longer configured are marked failed; items of a channel not registered are left
+    // as they are (pending until a start that registers it again). Then workers run.
     // Returns how many items it queued.
     asio::awaitable<std::size_t> start();
 

@@ -5,8 +5,9 @@
 // async_stop() drains. `baton serve` is a thin main over it (src/app/serve.cpp).
 //
 // Threads: the service runs on the executor it is given and starts no threads of its own, with
-// one exception: a SQLite store runs its calls on one thread of its own (store_runner), so that
-// no disk write ever blocks an I/O thread. The memory store runs none.
+// one exception: a SQLite or PostgreSQL store runs its calls on one thread of its own
+// (store_runner), so that no disk write or database round trip ever blocks an I/O thread (the
+// PostgreSQL store keeps one more for its connections). The memory store runs none.
 //
 // Every async_* member takes any completion token (use_awaitable, use_future, deferred, a
 // callback) and completes through the handler's associated executor. Expected failures come as a
@@ -120,8 +121,9 @@ public:
     // --- Turns. ---
     // Admits a message: it is stored before the handler runs. Handler: void(error_code, accepted).
     // Errors: invalid_request (unknown agent, bad deliver), idempotency_key_reused,
-    // session_queue_full, session_busy, draining, internal_error (the store failed),
-    // store_unavailable (its database cannot be reached).
+    // session_queue_full, session_busy, rate_limited and quota_exceeded (the tenant's limits),
+    // draining, internal_error (the store failed), store_unavailable (its database cannot be
+    // reached).
     // Cancellation: none (the message is stored or refused either way).
     template <class Token> auto async_submit(accept_request m, Token&& token) {
         return detail::async_run<accepted>(get_executor(), submit(std::move(m), nullptr),

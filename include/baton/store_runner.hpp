@@ -38,8 +38,10 @@ public:
     // Calls f(store) and returns its result once it is durable (its batch committed); exceptions,
     // including a failed commit, propagate to the awaiting coroutine.
     // f may run more than once. A batch first runs its calls bare in one transaction (no undo
-    // point each: store::begin_optimistic_batch); when one of them throws, the transaction is
-    // rolled back and every call of the batch runs again, each all-or-nothing on its own. So f
+    // point each: store::begin_optimistic_batch); when one of them wrote and then threw (the store
+    // refuses the commit, store::batch_replay), the transaction is rolled back and every call of
+    // the batch runs again, each all-or-nothing on its own; one that threw before writing fails
+    // alone and the others commit. So f
     // must do nothing but its store calls and its result, from what it captured, as a database
     // transaction's retried function does. run_once is for a call that must not run again.
     // Cancellation: not cancellable once submitted (a store call is short and must finish).
