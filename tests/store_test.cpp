@@ -1072,6 +1072,31 @@ BOOST_AUTO_TEST_CASE(newer_schema_is_refused) {
     BOOST_CHECK_THROW(make_sqlite_store({.path = path}), std::runtime_error);
 }
 
+// Found by a new-user check: another program's database was taken and baton's tables written
+// into it; the refusal names the file.
+BOOST_AUTO_TEST_CASE(a_database_of_another_program_is_refused_and_left_as_it_is) {
+    temp_dir dir;
+    fs::create_directories(dir.root);
+    auto path = (dir.root / "theirs.db").string();
+    {
+        raw_db raw(path);
+        raw.exec("CREATE TABLE users (id INTEGER)");
+        raw.exec("INSERT INTO users VALUES (1)");
+    }
+    try {
+        make_sqlite_store({.path = path});
+        BOOST_FAIL("another program's database was taken");
+    } catch (const std::runtime_error& e) {
+        std::string what = e.what();
+        BOOST_TEST(what.find(path) != std::string::npos, what);
+        BOOST_TEST(what.find("not a baton database") != std::string::npos, what);
+    }
+    raw_db raw(path);
+    BOOST_TEST(raw.scalar("SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'") ==
+               "users");
+    BOOST_TEST(raw.scalar("PRAGMA user_version") == "0");
+}
+
 BOOST_AUTO_TEST_CASE(open_errors_throw_runtime_error) {
     temp_dir dir;
     fs::create_directories(dir.root);

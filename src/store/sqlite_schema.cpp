@@ -236,6 +236,17 @@ int user_version(sqlite3* db) {
     return v;
 }
 
+// Tables of anyone's in a file whose schema version is 0: another program's database.
+int table_count(sqlite3* db) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", -1, &st,
+                           nullptr) != SQLITE_OK)
+        throw std::runtime_error(std::string("sqlite: sqlite_master: ") + sqlite3_errmsg(db));
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    return n;
+}
+
 } // namespace
 
 int sqlite_schema_version() {
@@ -252,6 +263,11 @@ int migrate_sqlite(sqlite3* db, int upto) {
             throw std::runtime_error("sqlite: database schema version " + std::to_string(from) +
                                      " is newer than this build (" +
                                      std::to_string(sqlite_schema_version()) + ")");
+        // Found by a new-user check: another program's database was taken and baton's tables
+        // written into it.
+        if (from == 0 && table_count(db) > 0)
+            throw std::runtime_error("sqlite: the file holds tables but is not a baton database "
+                                     "(schema version 0): refusing to write into it");
         for (int v = from; v < target; ++v)
             exec(db, std::string(migrations[v]));
         // user_version lives in the file header, which the transaction covers: it commits with the

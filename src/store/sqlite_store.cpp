@@ -112,14 +112,24 @@ db_ptr open_database(const sqlite_options& opts) {
     sqlite3_extended_result_codes(db.get(), 1);
     // Another process (a backup, the CLI) may hold the lock briefly: wait rather than fail.
     sqlite3_busy_timeout(db.get(), 5000);
-    exec(db.get(), "PRAGMA journal_mode = WAL");
-    exec(db.get(), "PRAGMA synchronous = " + checked_synchronous(opts.synchronous));
-    exec(db.get(), "PRAGMA foreign_keys = ON");
-    // Statement journals (every call of a group commit is a savepoint) stay in memory: past
-    // 64 KiB SQLite would spill one to a temporary file, created, written page by page and
-    // deleted again in every such transaction.
-    exec(db.get(), "PRAGMA temp_store = MEMORY");
-    detail::migrate_sqlite(db.get());
+    try {
+        exec(db.get(), "PRAGMA journal_mode = WAL");
+        exec(db.get(), "PRAGMA synchronous = " + checked_synchronous(opts.synchronous));
+        exec(db.get(), "PRAGMA foreign_keys = ON");
+        // Statement journals (every call of a group commit is a savepoint) stay in memory: past
+        // 64 KiB SQLite would spill one to a temporary file, created, written page by page and
+        // deleted again in every such transaction.
+        exec(db.get(), "PRAGMA temp_store = MEMORY");
+        detail::migrate_sqlite(db.get());
+    } catch (const std::exception& e) {
+        // The file's name first, then why (a read-only directory, a file that is not a database):
+        // found by a new-user check, the message named neither.
+        std::string why = e.what();
+        if (why.starts_with("sqlite: ")) why.erase(0, 8);
+        int err = sqlite3_system_errno(db.get());
+        throw std::runtime_error("sqlite: " + opts.path + ": " + why +
+                                 (err != 0 ? std::string(" (") + std::strerror(err) + ")" : ""));
+    }
     return db;
 }
 
