@@ -264,7 +264,8 @@ BOOST_AUTO_TEST_CASE(wrong_types_have_their_path) {
 }
 
 BOOST_AUTO_TEST_CASE(ranges) {
-    BOOST_TEST(errors_of(R"({"server": {"threads": -1}})") == "server.threads: must be >= 0");
+    BOOST_TEST(errors_of(R"({"server": {"threads": -1}})") ==
+               "server.threads: must be between 0 and 1024");
     BOOST_TEST(errors_of(R"({"server": {"max_body_bytes": 0}})") ==
                "server.max_body_bytes: must be >= 1");
     BOOST_TEST(errors_of(R"({"server": {"idle_timeout_ms": 0}})") ==
@@ -318,8 +319,9 @@ BOOST_AUTO_TEST_CASE(server_listen_and_tokens) {
 }
 
 BOOST_AUTO_TEST_CASE(tools_and_agent_tool_references) {
-    BOOST_TEST(errors_of(R"({"tools": {"t": {"kind": "http", "url": "ftp://x"}}})") ==
-               "tools.t.url: expected an http:// or https:// URL");
+    BOOST_TEST(
+        errors_of(R"({"tools": {"t": {"kind": "http", "url": "ftp://x"}}})") ==
+        "tools.t.url: expected an http:// or https:// URL with a host (and a port of 1-65535 if any)");
     BOOST_TEST(errors_of(R"({"tools": {"t": {"kind": "http"}}})") == "tools.t.url: required");
     BOOST_TEST(errors_of(R"({"tools": {"t": {"kind": "shell"}}})") ==
                "tools.t.kind: expected one of: http");
@@ -334,8 +336,10 @@ BOOST_AUTO_TEST_CASE(tools_and_agent_tool_references) {
 }
 
 BOOST_AUTO_TEST_CASE(channels) {
-    BOOST_TEST(errors_of(R"({"channels": {"webhook": {"targets": {"crm": {"url": "x"}}}}})") ==
-               "channels.webhook.targets.crm.url: expected an http:// or https:// URL");
+    BOOST_TEST(
+        errors_of(R"({"channels": {"webhook": {"targets": {"crm": {"url": "x"}}}}})") ==
+        "channels.webhook.targets.crm.url: expected an http:// or https:// URL with a host (and a port "
+        "of 1-65535 if any)");
     BOOST_TEST(errors_of(R"({"channels": {"telegram": {}}})") ==
                "channels.telegram.token_env: required");
     BOOST_TEST(
@@ -348,6 +352,13 @@ BOOST_AUTO_TEST_CASE(channels) {
         R"({"channels": {"webhook": {"targets": {"crm": {"url": "http://h/x", "headers": {"Authorization": "Bearer t"}}}}}})");
     BOOST_TEST(hook.errors.empty());
     BOOST_TEST(hook.cfg.channels.webhook_targets.at("crm").headers.at("Authorization") == "Bearer t");
+    // Found by a new-user check: the headers baton sets were sent twice, and X-A beside x-a.
+    BOOST_TEST(errors_of(R"({"channels": {"webhook": {"targets": {"crm": {"url": "http://h/x", )"
+                         R"("headers": {"Content-Type": "text/plain", "X-A": "1", "x-a": "2"}}}}}})") ==
+               "channels.webhook.targets.crm.headers.Content-Type: set by baton for every delivery; "
+               "not a target header\n"
+               "channels.webhook.targets.crm.headers.x-a: given twice (header names are "
+               "case-insensitive)");
     BOOST_TEST(errors_of(R"({"agents": {"a": {"on_abandoned": "retry"}}})") ==
                "agents.a.on_abandoned: expected one of: fail, rerun");
     BOOST_TEST(baton::parse_config(R"({"agents": {"a": {"on_abandoned": "rerun"}}})")

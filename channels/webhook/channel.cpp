@@ -2,6 +2,7 @@
 
 #include <boost/asio/error.hpp>
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/core/string.hpp>
 
 #include <charconv>
 
@@ -72,10 +73,14 @@ asio::awaitable<send_outcome> channel::send(const outbox_item& item) {
     auto it = targets_.find(item.recipient);
     if (it == targets_.end()) co_return send_outcome::give_up("unknown webhook target");
     const auto& target = it->second;
-    http_headers headers{
-        {"Content-Type", "application/json"}, {"Idempotency-Key", item.key}, {"User-Agent", "baton"}};
-    for (const auto& [k, v] : target.headers)
+    http_headers headers{{"Content-Type", "application/json"}, {"Idempotency-Key", item.key}};
+    // A target's own User-Agent replaces ours (the config refuses the other headers baton sets).
+    bool agent = false;
+    for (const auto& [k, v] : target.headers) {
         headers.emplace_back(k, v);
+        agent = agent || boost::beast::iequals(k, "User-Agent");
+    }
+    if (!agent) headers.emplace_back("User-Agent", "baton");
     auto [ec, response] = co_await http_->request("POST", target.url, std::move(headers),
                                                   request_body(item), target.timeout);
     co_return classify(ec, response);

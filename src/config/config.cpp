@@ -26,7 +26,8 @@ namespace {
 constexpr std::array<std::string_view, 5> admission_names{"queue", "collect", "steer", "interrupt",
                                                           "reject"};
 constexpr std::string_view builtin_tools[] = {"clock"};
-constexpr std::string_view http_url_message = "expected an http:// or https:// URL";
+constexpr std::string_view http_url_message =
+    "expected an http:// or https:// URL with a host (and a port of 1-65535 if any)";
 
 bool is_builtin_tool(std::string_view name) {
     return std::find(std::begin(builtin_tools), std::end(builtin_tools), name) !=
@@ -361,14 +362,27 @@ void read_webhook(config_errors& e, const json::value& v, std::string path, chan
         t.read("timeout_ms", target.timeout);
         const json::object* headers = t.object("headers");
         if (headers == nullptr) continue;
+        std::set<std::string> seen_names; // lower case: HTTP names are case-insensitive
         for (const auto& [hk, hv] : *headers) {
             std::string hname(hk.data(), hk.size());
             std::string hpath = json_child_path(t.path("headers"), hname);
             bool token = !hname.empty() && std::all_of(hname.begin(), hname.end(), [](char c) {
                 return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
             });
+            std::string lower = hname;
+            for (char& c : lower)
+                c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+            // The request's own headers: sent twice they would contradict each other (found by a
+            // new-user check).
+            static const std::set<std::string> own = {
+                "content-type",    "content-length",    "host",
+                "idempotency-key", "transfer-encoding", "connection"};
             if (!token)
                 e.push_back({hpath, "header name must be letters, digits, '-' or '_'"});
+            else if (own.count(lower))
+                e.push_back({hpath, "set by baton for every delivery; not a target header"});
+            else if (!seen_names.insert(lower).second)
+                e.push_back({hpath, "given twice (header names are case-insensitive)"});
             else if (!hv.is_string())
                 e.push_back({hpath, "expected string"});
             else if (hv.get_string().find_first_of("\r\n") != json::string::npos)

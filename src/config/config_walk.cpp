@@ -216,10 +216,46 @@ bool conninfo_names_password(std::string_view c) {
 }
 
 bool is_http_url(std::string_view s) {
-    constexpr std::string_view schemes[] = {"http://", "https://"};
-    return std::any_of(std::begin(schemes), std::end(schemes), [s](std::string_view scheme) {
-        return s.size() > scheme.size() && s.substr(0, scheme.size()) == scheme;
-    });
+    // http:// or https://, a host, an optional port of 1-65535, and no white space or control
+    // character anywhere (found by a new-user check: `http://:99999` and `http://a b` were taken,
+    // and every turn failed).
+    std::string_view rest;
+    if (s.starts_with("http://"))
+        rest = s.substr(7);
+    else if (s.starts_with("https://"))
+        rest = s.substr(8);
+    else
+        return false;
+    if (std::any_of(s.begin(), s.end(),
+                    [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; }))
+        return false;
+    auto authority = rest.substr(0, rest.find_first_of("/?#"));
+    if (auto at = authority.rfind('@'); at != std::string_view::npos) authority.remove_prefix(at + 1);
+    std::string_view host = authority, port;
+    if (authority.starts_with('[')) {
+        auto close = authority.find(']');
+        if (close == std::string_view::npos) return false;
+        host = authority.substr(0, close + 1);
+        auto after = authority.substr(close + 1);
+        if (!after.empty()) {
+            if (after.front() != ':') return false;
+            port = after.substr(1);
+            if (port.empty()) return false;
+        }
+    } else if (auto colon = authority.rfind(':'); colon != std::string_view::npos) {
+        host = authority.substr(0, colon);
+        port = authority.substr(colon + 1);
+        if (port.empty()) return false;
+    }
+    if (host.empty() || host == "[]") return false;
+    if (!port.empty()) {
+        if (port.size() > 5 ||
+            !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            return false;
+        int n = std::stoi(std::string(port));
+        if (n < 1 || n > 65535) return false;
+    }
+    return true;
 }
 
 } // namespace baton::detail
