@@ -229,6 +229,14 @@ BOOST_AUTO_TEST_CASE(a_channel_without_an_agent_needs_the_default_one) {
         "telegram": {"token_env": "TG", "agent": "helper"}}})") == "");
 }
 
+// Found by a new-user check: a clear-text token no Authorization header can carry was taken.
+BOOST_AUTO_TEST_CASE(a_clear_text_token_must_be_sendable) {
+    BOOST_TEST(errors_of(R"({"server": {"tokens": [{"token": "ab cd", "tenant": "t"}]}})") ==
+               "server.tokens[0].token: expected visible ASCII characters without spaces (what a "
+               "Bearer header can carry)");
+    BOOST_TEST(errors_of(R"({"server": {"tokens": [{"token": "good-token_1", "tenant": "t"}]}})") == "");
+}
+
 BOOST_AUTO_TEST_CASE(wrong_types_have_their_path) {
     BOOST_TEST(errors_of(R"({"agents": {"default": {"limits": {"max_steps": "12"}}}})") ==
                "agents.default.limits.max_steps: expected integer");

@@ -58,7 +58,16 @@ void read_token(config_errors& e, config_errors& warnings, const json::value& v,
         o.fail("", "expected exactly one of sha256, token");
     } else if (o.has("token")) {
         std::string clear;
-        if (o.read_text("token", clear)) {
+        // A token a client can send in `Authorization: Bearer …`: visible ASCII, no space (found
+        // by a new-user check: one with a space or a non-ASCII letter was taken, and no request
+        // could ever present it).
+        auto sendable = [](const std::string& t) {
+            return std::all_of(t.begin(), t.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+        };
+        if (o.read_text("token", clear) && !sendable(clear)) {
+            o.fail("token", "expected visible ASCII characters without spaces (what a Bearer "
+                            "header can carry)");
+        } else if (!clear.empty()) {
             // Never echoed: the warning names the place, not the token.
             out.sha256 = sha256_hex(clear);
             warnings.push_back({o.path("token"),
