@@ -229,6 +229,19 @@ BOOST_AUTO_TEST_CASE(a_channel_without_an_agent_needs_the_default_one) {
         "telegram": {"token_env": "TG", "agent": "helper"}}})") == "");
 }
 
+// Found by a new-user check: a NUL cut a path short; a schedule could name a Telegram chat that
+// allow_chats refuses, and every fire was refused.
+BOOST_AUTO_TEST_CASE(strings_without_nul_and_schedules_to_allowed_chats_only) {
+    BOOST_TEST(errors_of(R"({"storage": {"sqlite": {"path": "/tmp/a\u0000b.db"}}})") ==
+               "storage.sqlite.path: must not contain a NUL character");
+    BOOST_TEST(errors_of(R"({"channels": {"telegram": {"token_env": "T", "allow_chats": [1, 2]},
+        "schedules": [{"every_ms": 60000, "session": "s", "text": "x",
+                       "deliver": {"channel": "telegram", "to": "3"}},
+                      {"every_ms": 60000, "session": "s2", "text": "x",
+                       "deliver": {"channel": "telegram", "to": "2"}}]}})") ==
+               "channels.schedules[0].deliver.to: chat 3 is not in channels.telegram.allow_chats");
+}
+
 // Found by a new-user check: a clear-text token no Authorization header can carry was taken.
 BOOST_AUTO_TEST_CASE(a_clear_text_token_must_be_sendable) {
     BOOST_TEST(errors_of(R"({"server": {"tokens": [{"token": "ab cd", "tenant": "t"}]}})") ==

@@ -10,7 +10,7 @@ std::optional<options> options_from(const channels_config& c, std::string& error
     const char* token = std::getenv(c.telegram_token_env->c_str());
     if (token == nullptr || *token == '\0') {
         error = "channels.telegram.token_env: the environment variable " + *c.telegram_token_env +
-                " is not set";
+                (token ? " is empty" : " is not set");
         return std::nullopt;
     }
     options o;

@@ -467,7 +467,13 @@ void read_schedule_deliver(config_errors& e, const json::value& v, std::string p
         if (has_to && cfg.channels.webhook_targets.count(to) == 0)
             o.fail("to", "unknown webhook target \"" + to + "\"");
     } else if (channel == "telegram") {
-        if (!cfg.channels.telegram_token_env) o.fail("channel", "channels.telegram is not configured");
+        const auto& allowed = cfg.channels.telegram_allow_chats;
+        if (!cfg.channels.telegram_token_env)
+            o.fail("channel", "channels.telegram is not configured");
+        else if (has_to && !allowed.empty() &&
+                 std::find(allowed.begin(), allowed.end(), to) == allowed.end())
+            // As the channel refuses it at run time: every fire would be refused.
+            o.fail("to", "chat " + to + " is not in channels.telegram.allow_chats");
     } else if (channel == "ws") {
         if (!cfg.channels.ws_enabled) o.fail("channel", "channels.ws is disabled");
     } else if (channel != "http") {

@@ -50,6 +50,11 @@ bool read_string(config_errors& errors, const json::value& v, const std::string&
         errors.push_back({path, "expected string"});
         return false;
     }
+    // No config string means anything with a NUL in it (a path would be cut short there).
+    if (v.get_string().find('\0') != json::string::npos) {
+        errors.push_back({path, "must not contain a NUL character"});
+        return false;
+    }
     out.assign(v.get_string().data(), v.get_string().size());
     return true;
 }
