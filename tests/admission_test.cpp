@@ -297,22 +297,31 @@ struct echo_runtime {
     std::vector<turn_record> done;
 };
 
+// Three messages of `session` ("<prefix>0" … "<prefix>2") stored in dir/baton.db, as an earlier
+// process accepted them; `first_running`: it was mid-run on the first, `side_effects` begun or not.
+std::vector<std::string> store_three(const std::filesystem::path& dir, const std::string& session,
+                                     const std::string& prefix, bool first_running = false,
+                                     bool side_effects = false) {
+    auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
+    std::vector<std::string> ids;
+    for (int i = 0; i < 3; ++i) {
+        turn_record t;
+        t.turn_id = make_turn_id();
+        t.session_id = session;
+        t.created_at = now_ms();
+        t.input.text = prefix + std::to_string(i);
+        st->insert_turn(t, {});
+        ids.push_back(t.turn_id);
+    }
+    if (first_running) st->mark_running(ids[0], now_ms());
+    if (first_running && side_effects) st->mark_side_effects(ids[0]);
+    return ids;
+}
+
 // An earlier process stored three messages of session "rec" and was mid-run on the first, with or
 // without side effects begun; a new one recovers them. The turns that end, in order.
 std::vector<turn_record> recover_three(const std::filesystem::path& dir, bool side_effects) {
-    {
-        auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
-        for (int i = 0; i < 3; ++i) {
-            turn_record t;
-            t.turn_id = make_turn_id();
-            t.session_id = "rec";
-            t.created_at = now_ms();
-            t.input.text = "r" + std::to_string(i);
-            st->insert_turn(t, {});
-            if (i == 0) st->mark_running(t.turn_id, now_ms());
-            if (i == 0 && side_effects) st->mark_side_effects(t.turn_id);
-        }
-    }
+    store_three(dir, "rec", "r", true, side_effects);
     echo_runtime r(std::shared_ptr<store>(make_sqlite_store({(dir / "baton.db").string(), "normal"})));
     auto n = run_bounded(r.ctx, r.rt.recover());
     BOOST_TEST(n == 3u);
@@ -446,19 +455,7 @@ BOOST_AUTO_TEST_CASE(a_turn_is_two_store_calls) {
 BOOST_AUTO_TEST_CASE(a_collect_turn_and_the_messages_it_answered_end_in_one_transaction) {
     auto dir = std::filesystem::temp_directory_path() / ("baton-fold-" + make_turn_id());
     std::filesystem::create_directories(dir);
-    std::vector<std::string> ids;
-    {
-        auto st = make_sqlite_store({(dir / "baton.db").string(), "normal"});
-        for (int i = 0; i < 3; ++i) {
-            turn_record t;
-            t.turn_id = make_turn_id();
-            t.session_id = "fold";
-            t.created_at = now_ms();
-            t.input.text = "m" + std::to_string(i);
-            st->insert_turn(t, {});
-            ids.push_back(t.turn_id);
-        }
-    }
+    auto ids = store_three(dir, "fold", "m");
     {
         auto counting = std::make_shared<counting_store>(dir / "baton.db");
         echo_runtime r{std::shared_ptr<store>(counting), admission_mode::collect};

@@ -1121,13 +1121,17 @@ BOOST_AUTO_TEST_CASE(a_second_store_on_one_database_is_refused_until_the_first_c
     temp_dir dir;
     auto first = open_store("sqlite", dir);
     first->insert_turn(make_turn("t_1", "s1"), {});
-    try {
-        make_sqlite_store({.path = dir.db_path()});
-        BOOST_FAIL("a second store opened the database");
-    } catch (const std::runtime_error& e) {
-        BOOST_TEST(std::string(e.what()).find("is in use by another baton process") != std::string::npos,
-                   e.what());
-    }
+    auto refused = [](const std::string& path, const char* what) {
+        try {
+            make_sqlite_store({.path = path});
+            BOOST_ERROR(what);
+        } catch (const std::runtime_error& e) {
+            BOOST_TEST(std::string(e.what()).find("is in use by another baton process") !=
+                           std::string::npos,
+                       e.what());
+        }
+    };
+    refused(dir.db_path(), "a second store opened the database");
     // The first is untouched (its connection's own locks too: it still writes).
     first->insert_turn(make_turn("t_2", "s1"), {});
     BOOST_TEST(first->unfinished_turns().size() == 2u);
@@ -1138,13 +1142,7 @@ BOOST_AUTO_TEST_CASE(a_second_store_on_one_database_is_refused_until_the_first_c
     // path as written, and two daemons ran the same turns).
     auto link = std::filesystem::path(dir.db_path()).parent_path() / "link.db";
     std::filesystem::create_symlink(dir.db_path(), link);
-    try {
-        make_sqlite_store({.path = link.string()});
-        BOOST_FAIL("a second store opened the database through a symlink");
-    } catch (const std::runtime_error& e) {
-        BOOST_TEST(std::string(e.what()).find("is in use by another baton process") != std::string::npos,
-                   e.what());
-    }
+    refused(link.string(), "a second store opened the database through a symlink");
     first.reset();
     auto second = open_store("sqlite", dir);
     BOOST_TEST(second->unfinished_turns().size() == 2u);
