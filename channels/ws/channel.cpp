@@ -131,7 +131,6 @@ bool ends_without_reply(const turn_event& e) {
 
 asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
                                          const session_ref& session, bool events) {
-    std::uint64_t dropped = 0; // a listener switched, unlistened outside the lock
     bool first = false;
     {
         std::lock_guard lock(mutex_);
@@ -140,24 +139,21 @@ asio::awaitable<void> channel::subscribe(const std::shared_ptr<connection>& c,
         auto& subs = it->second.sessions;
         auto sub = std::find_if(subs.begin(), subs.end(),
                                 [&](const followed& f) { return f.session == session; });
-        std::weak_ptr<connection> weak = c;
-        auto listen = [&] {
-            return rt_.events().listen(session, [weak, events](const turn_log& log, const event_ptr& e) {
-                if (!events && !ends_without_reply(*e)) return;
+        if (sub == subs.end()) {
+            std::weak_ptr<connection> weak = c;
+            auto all = std::make_shared<std::atomic<bool>>(events);
+            auto id = rt_.events().listen(session, [weak, all](const turn_log& log, const event_ptr& e) {
+                if (!all->load(std::memory_order_relaxed) && !ends_without_reply(*e)) return;
                 if (auto conn = weak.lock()) conn->send(ws_event_frame(log.turn_id(), *e));
             });
-        };
-        if (sub == subs.end()) {
-            subs.push_back({session, listen(), events});
+            subs.push_back({session, id, std::move(all)});
             by_session_[session.key()].push_back(weak);
             first = true;
-        } else if (sub->events != events) {
-            // Followed already: only the events switch.
-            dropped = std::exchange(sub->listener, listen());
-            sub->events = events;
+        } else {
+            sub->events->store(events,
+                               std::memory_order_relaxed); // followed already: only the events switch
         }
     }
-    if (dropped != 0) rt_.events().unlisten(session, dropped);
     if (!first) co_return;
     // Every reply of the session not acked yet, with its key (clients drop keys they have seen).
     store::outbox_filter unacked;

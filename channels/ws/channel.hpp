@@ -75,11 +75,12 @@ private:
     asio::awaitable<bool> dispatch(turn_context& ctx, const outbound& item);
 
     // A followed session: its event listener, which forwards every event (`events` true) or only
-    // the end of a turn no reply follows (replies only).
+    // the end of a turn no reply follows (replies only). One listener for the connection's life:
+    // a switch flips the flag it reads, so that no event goes out twice or not at all meanwhile.
     struct followed {
         session_ref session;
         std::uint64_t listener = 0;
-        bool events = true;
+        std::shared_ptr<std::atomic<bool>> events;
     };
     struct attached {
         std::weak_ptr<connection> conn;
