@@ -1095,6 +1095,7 @@ BOOST_AUTO_TEST_CASE(a_database_of_another_program_is_refused_and_left_as_it_is)
     BOOST_TEST(raw.scalar("SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'") ==
                "users");
     BOOST_TEST(raw.scalar("PRAGMA user_version") == "0");
+    BOOST_TEST(raw.scalar("PRAGMA journal_mode") == "delete"); // not switched to WAL either
 }
 
 BOOST_AUTO_TEST_CASE(open_errors_throw_runtime_error) {

@@ -1,3 +1,4 @@
+#include <baton/auth.hpp>
 #include <baton/config.hpp>
 
 #include "src/config/config_walk.hpp"
@@ -58,15 +59,13 @@ void read_token(config_errors& e, config_errors& warnings, const json::value& v,
         o.fail("", "expected exactly one of sha256, token");
     } else if (o.has("token")) {
         std::string clear;
-        // A token a client can send in `Authorization: Bearer …`: visible ASCII, no space (found
-        // by a new-user check: one with a space or a non-ASCII letter was taken, and no request
-        // could ever present it).
-        auto sendable = [](const std::string& t) {
-            return std::all_of(t.begin(), t.end(), [](char c) { return c > 0x20 && c < 0x7f; });
-        };
+        // A token a client can send in `Authorization: Bearer …`, as the daemon reads that header
+        // (RFC 6750's b64token; found by a new-user check: one with a space, a comma or a
+        // non-ASCII letter was taken, and no request could ever present it).
+        auto sendable = [](const std::string& t) { return parse_bearer("Bearer " + t) == t; };
         if (o.read_text("token", clear) && !sendable(clear)) {
-            o.fail("token", "expected visible ASCII characters without spaces (what a Bearer "
-                            "header can carry)");
+            o.fail("token", "expected what a Bearer header can carry: letters, digits and - . _ ~ + "
+                            "/, then = padding only");
         } else if (!clear.empty()) {
             // Never echoed: the warning names the place, not the token.
             out.sha256 = sha256_hex(clear);

@@ -253,6 +253,14 @@ int sqlite_schema_version() {
     return static_cast<int>(migrations.size());
 }
 
+// Found by a new-user check: another program's database was taken and baton's tables written
+// into it (and its journal mode switched to WAL).
+void refuse_foreign_database(sqlite3* db) {
+    if (user_version(db) == 0 && table_count(db) > 0)
+        throw std::runtime_error("sqlite: the file holds tables but is not a baton database "
+                                 "(schema version 0): refusing to write into it");
+}
+
 int migrate_sqlite(sqlite3* db, int upto) {
     const int target = upto < 0 || upto > sqlite_schema_version() ? sqlite_schema_version() : upto;
     // IMMEDIATE takes the write lock first, so two processes opening one file cannot both migrate.
@@ -263,11 +271,7 @@ int migrate_sqlite(sqlite3* db, int upto) {
             throw std::runtime_error("sqlite: database schema version " + std::to_string(from) +
                                      " is newer than this build (" +
                                      std::to_string(sqlite_schema_version()) + ")");
-        // Found by a new-user check: another program's database was taken and baton's tables
-        // written into it.
-        if (from == 0 && table_count(db) > 0)
-            throw std::runtime_error("sqlite: the file holds tables but is not a baton database "
-                                     "(schema version 0): refusing to write into it");
+        if (from == 0) refuse_foreign_database(db);
         for (int v = from; v < target; ++v)
             exec(db, std::string(migrations[v]));
         // user_version lives in the file header, which the transaction covers: it commits with the

@@ -113,6 +113,7 @@ db_ptr open_database(const sqlite_options& opts) {
     // Another process (a backup, the CLI) may hold the lock briefly: wait rather than fail.
     sqlite3_busy_timeout(db.get(), 5000);
     try {
+        detail::refuse_foreign_database(db.get());
         exec(db.get(), "PRAGMA journal_mode = WAL");
         exec(db.get(), "PRAGMA synchronous = " + checked_synchronous(opts.synchronous));
         exec(db.get(), "PRAGMA foreign_keys = ON");
