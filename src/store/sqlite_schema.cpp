@@ -227,24 +227,18 @@ void exec(sqlite3* db, const std::string& sql) {
     }
 }
 
-int user_version(sqlite3* db) {
+// The one integer a query answers (0 when it answers no row); `what` names it in an error.
+int query_int(sqlite3* db, const char* sql, const char* what) {
     sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) != SQLITE_OK)
-        throw std::runtime_error(std::string("sqlite: user_version: ") + sqlite3_errmsg(db));
+    if (sqlite3_prepare_v2(db, sql, -1, &st, nullptr) != SQLITE_OK)
+        throw std::runtime_error(std::string("sqlite: ") + what + ": " + sqlite3_errmsg(db));
     int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
     return v;
 }
 
-// Tables of anyone's in a file whose schema version is 0: another program's database.
-int table_count(sqlite3* db) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", -1, &st,
-                           nullptr) != SQLITE_OK)
-        throw std::runtime_error(std::string("sqlite: sqlite_master: ") + sqlite3_errmsg(db));
-    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
-    sqlite3_finalize(st);
-    return n;
+int user_version(sqlite3* db) {
+    return query_int(db, "PRAGMA user_version", "user_version");
 }
 
 } // namespace
@@ -256,7 +250,9 @@ int sqlite_schema_version() {
 // Found by a new-user check: another program's database was taken and baton's tables written
 // into it (and its journal mode switched to WAL).
 void refuse_foreign_database(sqlite3* db) {
-    if (user_version(db) == 0 && table_count(db) > 0)
+    // Tables of anyone's in a file whose schema version is 0: another program's database.
+    if (user_version(db) == 0 &&
+        query_int(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", "sqlite_master") > 0)
         throw std::runtime_error("sqlite: the file holds tables but is not a baton database "
                                  "(schema version 0): refusing to write into it");
 }
@@ -271,7 +267,6 @@ int migrate_sqlite(sqlite3* db, int upto) {
             throw std::runtime_error("sqlite: database schema version " + std::to_string(from) +
                                      " is newer than this build (" +
                                      std::to_string(sqlite_schema_version()) + ")");
-        if (from == 0) refuse_foreign_database(db);
         for (int v = from; v < target; ++v)
             exec(db, std::string(migrations[v]));
         // user_version lives in the file header, which the transaction covers: it commits with the

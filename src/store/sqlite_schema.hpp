@@ -13,8 +13,8 @@ int sqlite_schema_version();
 // Throws std::runtime_error on SQLite errors or when the database is newer than this build.
 // `upto` (tests: a database as an older build left it) stops after that version.
 int migrate_sqlite(sqlite3* db, int upto = -1);
-// Throws when the file holds another program's tables (schema version 0): checked before anything
-// is written to it, its journal mode included.
+// Throws when the file holds another program's tables (schema version 0): the store checks it
+// before anything is written to the file, its journal mode included, and before migrate_sqlite.
 void refuse_foreign_database(sqlite3* db);
 
 } // namespace baton::detail
