@@ -13,8 +13,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -105,6 +108,20 @@ bool option_value(const std::vector<std::string>& args, std::size_t& i, std::str
     return true;
 }
 
+// The option at args[i], `--name value` or `--name=value`, one of `known`: nullopt, or the usage
+// error's message (not an option of the command, no value, an empty --data).
+std::optional<std::string> read_option(const std::vector<std::string>& args, std::size_t& i,
+                                       std::initializer_list<std::string_view> known, std::string& name,
+                                       std::string& value) {
+    const std::string& a = args[i];
+    name = a.substr(0, a.find('='));
+    if (std::find(known.begin(), known.end(), name) == known.end())
+        return (a.starts_with("-") ? "unknown option " : "unexpected argument ") + a;
+    if (!option_value(args, i, name, value)) return a + " needs a value";
+    if (name == "--data" && value.empty()) return "--data: expected a directory, not an empty string";
+    return std::nullopt;
+}
+
 int serve(const std::vector<std::string>& args) {
     baton::serve_options opts;
     for (std::size_t i = 0; i < args.size(); ++i) {
@@ -117,14 +134,10 @@ int serve(const std::vector<std::string>& args) {
             opts.insecure_no_auth = true;
             continue;
         }
-        std::string name = a.substr(0, a.find('=')), value;
-        static const char* const known[] = {"--config", "--listen", "--data", "--threads"};
-        if (std::find(std::begin(known), std::end(known), name) == std::end(known))
-            return usage_error((a.starts_with("-") ? "unknown option " : "unexpected argument ") + a,
-                               serve_help);
-        if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", serve_help);
-        if (name == "--data" && value.empty())
-            return usage_error("--data: expected a directory, not an empty string", serve_help);
+        std::string name, value;
+        if (auto bad =
+                read_option(args, i, {"--config", "--listen", "--data", "--threads"}, name, value))
+            return usage_error(*bad, serve_help);
         if (name == "--config")
             opts.config_file = value;
         else if (name == "--listen") {
@@ -164,15 +177,11 @@ int chat(const std::vector<std::string>& args) {
             std::cout << chat_help;
             return 0;
         }
-        std::string name = a.substr(0, a.find('=')), value;
-        static const char* const known[] = {"--session", "--url",   "--config",
-                                            "--data",    "--token", "--cacert"};
-        if (std::find(std::begin(known), std::end(known), name) == std::end(known))
-            return usage_error((a.starts_with("-") ? "unknown option " : "unexpected argument ") + a,
-                               chat_help);
-        if (!option_value(args, i, name, value)) return usage_error(a + " needs a value", chat_help);
-        if (name == "--data" && value.empty())
-            return usage_error("--data: expected a directory, not an empty string", chat_help);
+        std::string name, value;
+        if (auto bad =
+                read_option(args, i, {"--session", "--url", "--config", "--data", "--token", "--cacert"},
+                            name, value))
+            return usage_error(*bad, chat_help);
         if (name == "--token") token_option = true;
         if (name == "--session")
             opts.session = value;
