@@ -4,6 +4,7 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/string.hpp>
 
+#include <algorithm>
 #include <charconv>
 
 namespace baton::webhook {
@@ -57,7 +58,16 @@ send_outcome classify(const boost::system::error_code& ec, const http_response& 
 channel::channel(std::map<std::string, webhook_target> targets, std::shared_ptr<http_client> http,
                  std::size_t max_concurrency)
     : targets_(targets.begin(), targets.end()), http_(std::move(http)),
-      max_concurrency_(max_concurrency) {}
+      max_concurrency_(max_concurrency) {
+    // A target's own User-Agent replaces ours (the config refuses the other headers baton sets):
+    // decided once here, not at every send.
+    for (auto& [name, t] : targets_) {
+        bool agent = std::any_of(t.headers.begin(), t.headers.end(), [](const auto& h) {
+            return boost::beast::iequals(h.first, "User-Agent");
+        });
+        if (!agent) t.headers.emplace("User-Agent", "baton");
+    }
+}
 
 std::optional<std::string> channel::check_recipient(std::string_view to) const {
     if (targets_.count(to) != 0) return std::nullopt;
@@ -74,13 +84,8 @@ asio::awaitable<send_outcome> channel::send(const outbox_item& item) {
     if (it == targets_.end()) co_return send_outcome::give_up("unknown webhook target");
     const auto& target = it->second;
     http_headers headers{{"Content-Type", "application/json"}, {"Idempotency-Key", item.key}};
-    // A target's own User-Agent replaces ours (the config refuses the other headers baton sets).
-    bool agent = false;
-    for (const auto& [k, v] : target.headers) {
+    for (const auto& [k, v] : target.headers)
         headers.emplace_back(k, v);
-        agent = agent || boost::beast::iequals(k, "User-Agent");
-    }
-    if (!agent) headers.emplace_back("User-Agent", "baton");
     auto [ec, response] = co_await http_->request("POST", target.url, std::move(headers),
                                                   request_body(item), target.timeout);
     co_return classify(ec, response);
