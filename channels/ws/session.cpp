@@ -18,6 +18,7 @@
 #include <deque>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <vector>
 
 namespace baton::ws {
@@ -159,12 +160,12 @@ asio::awaitable<bool> session<NextLayer>::accept(bhttp::request<bhttp::string_bo
     // with the request overload, which starts with an empty read buffer: the buffers overload reads
     // the upgrade again from bytes given to it and keeps what follows for the frames. The body, if
     // the upgrade had one, is not among them.
-    std::string bytes;
-    bytes.append(req.method_string()).append(" ").append(req.target()).append(" HTTP/1.1\r\n");
-    for (const auto& f : req)
-        if (f.name() != bhttp::field::content_length && f.name() != bhttp::field::transfer_encoding)
-            bytes.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
-    bytes.append("\r\n").append(early);
+    bhttp::request_header<> head = req.base();
+    head.erase(bhttp::field::content_length);
+    head.erase(bhttp::field::transfer_encoding);
+    std::ostringstream written;
+    written << head; // Beast's serializer: the request line, the fields and the blank line
+    std::string bytes = std::move(written).str() + early;
     auto [aec] = co_await ws_.async_accept(asio::buffer(bytes), use_tuple);
     co_return !aec;
 }
