@@ -192,6 +192,7 @@ BOOST_AUTO_TEST_CASE(files_without_a_certificate_or_key_are_a_config_error) {
     daemon_fixture f(daemon_fixture::deferred{});
     auto junk = f.write_file("junk.pem", "not a certificate\n");
     auto missing = (f.dir.root / "missing.pem").string();
+    auto missing_key = (f.dir.root / "missing.key").string();
     auto serve = [&](const std::string& cert, const std::string& key) {
         auto cfg = f.write_file(
             "bad.json", R"({"server": {"tls": {"cert_file": )" + json::serialize(json::value(cert)) +
@@ -199,10 +200,13 @@ BOOST_AUTO_TEST_CASE(files_without_a_certificate_or_key_are_a_config_error) {
         return run_baton({"serve", "--config", cfg.string(), "--listen", "127.0.0.1:0", "--data",
                           (f.dir.root / "data").string()});
     };
-    auto no_file = serve(missing, missing);
+    // Both files wrong: one start names both, not the first only.
+    auto no_file = serve(missing, missing_key);
     BOOST_TEST(no_file.exit_code == 2, no_file.output);
     BOOST_TEST(no_file.output.find("server.tls.cert_file") != std::string::npos, no_file.output);
     BOOST_TEST(no_file.output.find(missing) != std::string::npos, no_file.output);
+    BOOST_TEST(no_file.output.find("server.tls.key_file") != std::string::npos, no_file.output);
+    BOOST_TEST(no_file.output.find(missing_key) != std::string::npos, no_file.output);
     auto not_pem = serve(junk.string(), junk.string());
     BOOST_TEST(not_pem.exit_code == 2, not_pem.output);
     BOOST_TEST(not_pem.output.find("server.tls.cert_file") != std::string::npos, not_pem.output);
@@ -241,9 +245,11 @@ BOOST_AUTO_TEST_CASE(files_without_a_certificate_or_key_are_a_config_error) {
                               R"(, "key_file": )" + json::serialize(json::value(key)) + "}}}");
         return run_baton({"check-config", cfg.string()});
     };
-    auto checked_missing = check(missing, missing);
+    auto checked_missing = check(missing, missing_key);
     BOOST_TEST(checked_missing.exit_code == 2, checked_missing.output);
     BOOST_TEST(checked_missing.output.find("server.tls.cert_file") != std::string::npos,
+               checked_missing.output);
+    BOOST_TEST(checked_missing.output.find("server.tls.key_file") != std::string::npos,
                checked_missing.output);
     BOOST_TEST(check((f.dir.root / "one.crt").string(), enc).exit_code == 2);
     auto good = check((f.dir.root / "one.crt").string(), (f.dir.root / "one.key").string());

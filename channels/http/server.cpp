@@ -64,9 +64,10 @@ asio::awaitable<void> drain(beast::tcp_stream& stream) {
 // The listener's TLS context: TLS 1.2 and later, the certificate chain and key of server.tls.
 std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
     auto ctx = std::make_unique<ssl::context>(ssl::context::tls_server);
-    auto fail = [](const std::string& what, const std::string& file,
-                   const boost::system::error_code& ec) {
-        // OpenSSL's reason ("no start line", "No such file or directory") with the file it was.
+    // Why a file was refused: OpenSSL's reason ("no start line", "No such file or directory")
+    // with the file it was.
+    auto why = [](const std::string& what, const std::string& file,
+                  const boost::system::error_code& ec) {
         auto reason = ec ? ec.message() : std::string("unknown error");
         if (auto e = ::ERR_get_error()) {
             char buf[256];
@@ -74,7 +75,7 @@ std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
             if (!ec) reason = buf;
         }
         ::ERR_clear_error();
-        throw std::invalid_argument(what + " " + file + ": " + reason);
+        return what + " " + file + ": " + reason;
     };
     ::SSL_CTX_set_min_proto_version(ctx->native_handle(), TLS1_2_VERSION);
     ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
@@ -84,7 +85,12 @@ std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
     ::SSL_CTX_set_options(ctx->native_handle(), SSL_OP_NO_RENEGOTIATION);
     boost::system::error_code ec;
     ctx->use_certificate_chain_file(files.cert_file, ec);
-    if (ec) fail("server.tls.cert_file: cannot load the certificate chain from", files.cert_file, ec);
+    // When the certificate is refused the key is still read, so that one start names every file
+    // that needs mending (a new-user check mended the first, to be told of the second).
+    std::string cert_refused;
+    if (ec)
+        cert_refused =
+            why("server.tls.cert_file: cannot load the certificate chain from", files.cert_file, ec);
     // An encrypted key would make OpenSSL ask for its passphrase on the terminal, and a daemon
     // started by a service manager wait for ever: no passphrase is given, and the key is refused.
     // (The context keeps the callback: it shares the flag rather than point into this frame.)
@@ -93,15 +99,22 @@ std::unique_ptr<ssl::context> make_tls_context(const tls_config& files) {
         *encrypted = true;
         return std::string();
     });
+    ec.clear();
     ctx->use_private_key_file(files.key_file, ssl::context::pem, ec);
+    std::string key_refused;
     if (*encrypted)
-        throw std::invalid_argument("server.tls.key_file: " + files.key_file +
-                                    " is encrypted; baton reads unencrypted PEM keys only "
-                                    "(openssl pkey -in " +
-                                    files.key_file + " -out plain.key)");
-    if (ec) fail("server.tls.key_file: cannot load the private key from", files.key_file, ec);
+        key_refused = "server.tls.key_file: " + files.key_file +
+                      " is encrypted; baton reads unencrypted PEM keys only (openssl pkey -in " +
+                      files.key_file + " -out plain.key)";
+    else if (ec)
+        key_refused = why("server.tls.key_file: cannot load the private key from", files.key_file, ec);
+    ::ERR_clear_error();
+    if (!cert_refused.empty() || !key_refused.empty())
+        throw std::invalid_argument(
+            cert_refused + (cert_refused.empty() || key_refused.empty() ? "" : "; ") + key_refused);
     if (::SSL_CTX_check_private_key(ctx->native_handle()) != 1)
-        fail("server.tls.key_file: the key does not match the certificate of", files.cert_file, {});
+        throw std::invalid_argument(
+            why("server.tls.key_file: the key does not match the certificate of", files.cert_file, {}));
     return ctx;
 }
 
