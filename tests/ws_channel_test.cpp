@@ -241,6 +241,14 @@ BOOST_AUTO_TEST_CASE(bad_frames_get_an_error_frame_and_the_connection_stays_usab
                string_at(unknown_field, "message"));
     ws->send({{"type", "ping"}, {"id", "p-1"}});
     BOOST_TEST(string_at(ws->read_until(frame_type("pong")), "id") == "p-1");
+    // "" is an id like any other: echoed as "", not as null (nor dropped from a pong).
+    ws->send({{"type", "ping"}, {"id", ""}});
+    auto empty_pong = ws->read_until(frame_type("pong"));
+    BOOST_TEST_REQUIRE(empty_pong.contains("id"));
+    BOOST_TEST(empty_pong.at("id") == json::value(""));
+    ws->send({{"type", "dance"}, {"id", ""}});
+    auto empty_error = ws->read_until(frame_type("error"));
+    BOOST_TEST(empty_error.at("id") == json::value(""));
     ws->send({{"type", "dance"}, {"id", "x-1"}});
     auto unknown = ws->read_until(frame_type("error"));
     BOOST_TEST(error_code_of(unknown) == "invalid_request");

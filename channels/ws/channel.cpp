@@ -7,8 +7,8 @@
 
 namespace baton::ws {
 
-json::value frame_id(std::string_view id) {
-    return id.empty() ? json::value(nullptr) : json::value(json::string(id));
+json::value frame_id(frame_ref id) {
+    return id ? json::value(json::string(*id)) : json::value(nullptr);
 }
 
 std::string reply_frame(const outbox_item& item) {
@@ -20,12 +20,12 @@ std::string reply_frame(const outbox_item& item) {
                                         {"uncertain", item.uncertain}});
 }
 
-std::string error_frame(std::string_view id, std::string_view code, std::string_view message) {
+std::string error_frame(frame_ref id, std::string_view code, std::string_view message) {
     return json::serialize(
         json::object{{"type", "error"}, {"id", frame_id(id)}, {"code", code}, {"message", message}});
 }
 
-std::string error_frame(std::string_view id, const api_error& e) {
+std::string error_frame(frame_ref id, const api_error& e) {
     json::object f{
         {"type", "error"}, {"id", frame_id(id)}, {"code", code_name(e.code)}, {"message", e.message}};
     if (auto s = retry_after(e); s > 0) f["retry_after"] = s;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -97,11 +98,13 @@ private:
 
 // {"type":"reply","session","turn_id","key","text","uncertain"}
 std::string reply_frame(const outbox_item& item);
-// A client frame's "id" as echoed back: null when the frame had none.
-json::value frame_id(std::string_view id);
+// A client frame's "id": none when the frame had none (or one that cannot be echoed); "" is an id.
+using frame_ref = std::optional<std::string_view>;
+// The id as echoed back: null when the frame had none.
+json::value frame_id(frame_ref id);
 // {"type":"error","id","code","message"} (id null when the frame had none)
-std::string error_frame(std::string_view id, std::string_view code, std::string_view message);
+std::string error_frame(frame_ref id, std::string_view code, std::string_view message);
 // The same for a refusal of the runtime's: a 429 adds "retry_after" (seconds).
-std::string error_frame(std::string_view id, const api_error& e);
+std::string error_frame(frame_ref id, const api_error& e);
 
 } // namespace baton::ws

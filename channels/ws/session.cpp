@@ -84,10 +84,10 @@ private:
     }
     static asio::awaitable<void> write_loop(std::shared_ptr<session> self);
     asio::awaitable<void> handle(std::string_view text);
-    asio::awaitable<void> on_message(const json::object& f, std::string_view id);
+    asio::awaitable<void> on_message(const json::object& f, frame_ref id);
     // Follows the session with the frame's "events" (true when absent); false, after an error
     // frame, when "events" is not a boolean.
-    asio::awaitable<bool> follow(const json::object& f, std::string_view id, const std::string& sid);
+    asio::awaitable<bool> follow(const json::object& f, frame_ref id, const std::string& sid);
 
     channel& ch_;
     std::shared_ptr<void> slot_; // this connection's place among max_connections
@@ -197,7 +197,8 @@ asio::awaitable<void> session<NextLayer>::read_loop(std::shared_ptr<session<Next
         }
         if (!ws_.is_message_done()) continue;
         if (!ws_.got_text()) {
-            self->send(error_frame("", "invalid_request", "frames must be text (one JSON object each)"));
+            self->send(error_frame(std::nullopt, "invalid_request",
+                                   "frames must be text (one JSON object each)"));
         } else {
             auto data = buffer.cdata();
             co_await self->handle(std::string_view(static_cast<const char*>(data.data()), data.size()));
@@ -242,6 +243,13 @@ std::string_view string_field(const json::object& f, std::string_view key) {
     return v && v->is_string() ? std::string_view(v->get_string()) : std::string_view{};
 }
 
+// A frame's "id" to echo: none when it has none or one that is not a string ("" is an id).
+frame_ref frame_of(const json::object& f) {
+    auto* v = f.if_contains("id");
+    if (!v || !v->is_string()) return std::nullopt;
+    return std::string_view(v->get_string());
+}
+
 // A frame's "events": true when absent; nullopt when it is not a boolean.
 std::optional<bool> events_field(const json::object& f) {
     auto* v = f.if_contains("events");
@@ -254,27 +262,27 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
     boost::system::error_code ec;
     auto v = json::parse(text, ec);
     if (ec) {
-        send(error_frame("", "invalid_json", "not JSON: " + ec.message()));
+        send(error_frame(std::nullopt, "invalid_json", "not JSON: " + ec.message()));
         co_return;
     }
     if (!v.is_object()) {
         // JSON, but not a frame: refused as HTTP refuses such a body.
-        send(error_frame("", "invalid_request", "expected a JSON object"));
+        send(error_frame(std::nullopt, "invalid_request", "expected a JSON object"));
         co_return;
     }
     const auto& f = v.get_object();
     if (auto dup = first_duplicate_key(text)) {
         // Which of two values was meant is a guess; an id given twice is not echoed.
-        send(error_frame(*dup == "id" ? "" : string_field(f, "id"), "invalid_request",
+        send(error_frame(*dup == "id" ? frame_ref() : frame_of(f), "invalid_request",
                          *dup + ": duplicate key"));
         co_return;
     }
     if (auto* given = f.if_contains("id"); given && !given->is_string()) {
         // Answered with "id": null: only a string can be echoed back as it came.
-        send(error_frame("", "invalid_request", "id: expected a string"));
+        send(error_frame(std::nullopt, "invalid_request", "id: expected a string"));
         co_return;
     }
-    auto id = string_field(f, "id");
+    const frame_ref id = frame_of(f);
     auto type = string_field(f, "type");
     if (auto unknown = unknown_field(f, type)) {
         // Refused, as HTTP refuses an unknown field: a misspelt "event": false would otherwise run
@@ -284,8 +292,8 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
     }
     if (type == "ping") {
         // The answer to a ping carries its id, as every answer does.
-        send(id.empty() ? std::string(R"({"type":"pong"})")
-                        : json::serialize(json::object{{"type", "pong"}, {"id", id}}));
+        send(!id ? std::string(R"({"type":"pong"})")
+                 : json::serialize(json::object{{"type", "pong"}, {"id", *id}}));
     } else if (type == "message") {
         co_await on_message(f, id);
     } else if (type == "subscribe") {
@@ -320,7 +328,7 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
 }
 
 template <class NextLayer>
-asio::awaitable<bool> session<NextLayer>::follow(const json::object& f, std::string_view id,
+asio::awaitable<bool> session<NextLayer>::follow(const json::object& f, frame_ref id,
                                                  const std::string& sid) {
     auto events = events_field(f);
     if (!events) {
@@ -332,7 +340,7 @@ asio::awaitable<bool> session<NextLayer>::follow(const json::object& f, std::str
 }
 
 template <class NextLayer>
-asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, std::string_view id) {
+asio::awaitable<void> session<NextLayer>::on_message(const json::object& f, frame_ref id) {
     accept_request ar;
     ar.channel = "ws";
     ar.tenant = who_.tenant;
