@@ -91,13 +91,23 @@ json::object usage_json(const chat_completion& c) {
     return {{"prompt_tokens", c.prompt_tokens}, {"completion_tokens", c.completion_tokens}};
 }
 
-// Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it; reasoning
-// goes to the live events only (model.reasoning), never into the reply.
+// Streamed text goes to the turn's progress as it arrives, so a stopped turn keeps it, cut at
+// limits.max_reply_bytes as a completed reply is (a stream cut short after megabytes of text left
+// them all in the record: found by a new-user check); reasoning goes to the live events only
+// (model.reasoning), never into the reply.
 asio::awaitable<chat_completion> call_model(turn_context& ctx, const model_request& req) {
     auto& progress = ctx.progress();
     progress.reply.clear();
-    delta_handler on_delta = [&progress, &ctx](const model_delta& d) {
-        progress.reply.append(d.text);
+    const auto max_reply = static_cast<std::size_t>(ctx.agent->config.limits.max_reply_bytes);
+    bool reply_full = false; // cut: what comes later is not kept (the cut may be short of max)
+    delta_handler on_delta = [&progress, &ctx, max_reply, &reply_full](const model_delta& d) {
+        if (!reply_full && !d.text.empty()) {
+            progress.reply.append(d.text);
+            if (progress.reply.size() > max_reply) {
+                progress.reply = clip_reply(std::move(progress.reply), max_reply);
+                reply_full = true;
+            }
+        }
         if (!ctx.emitting()) return;
         auto emit = [&ctx](const char* type, std::string_view piece) {
             if (piece.empty()) return;

@@ -21,7 +21,8 @@ namespace {
 struct scripted_reply {
     chat_completion completion;
     std::chrono::milliseconds delay{0};
-    bool fail = false; // throw model_error
+    bool fail = false;               // throw model_error
+    std::vector<std::string> deltas; // streamed first, as text deltas
 };
 
 // Answers from a script; once it runs out, repeats the last entry.
@@ -31,7 +32,8 @@ public:
     std::deque<scripted_reply> script;
     std::vector<model_request> requests;
 
-    asio::awaitable<chat_completion> complete(const model_request& req, const delta_handler&) override {
+    asio::awaitable<chat_completion> complete(const model_request& req,
+                                              const delta_handler& on_delta) override {
         scripted_reply r;
         {
             std::lock_guard lock(m);
@@ -42,6 +44,11 @@ public:
         if (r.delay.count() > 0) {
             asio::steady_timer t(co_await asio::this_coro::executor, r.delay);
             co_await t.async_wait(asio::use_awaitable);
+        }
+        for (const auto& d : r.deltas) {
+            model_delta piece;
+            piece.text = d;
+            if (on_delta) on_delta(piece);
         }
         if (r.fail) throw turn_error("model_error", "scripted failure");
         co_return r.completion;
@@ -469,6 +476,22 @@ BOOST_AUTO_TEST_CASE(max_reply_bytes_clips_at_a_character_boundary) {
     f.script({{text("a\xc3\xa9\xc3\xa9")}}); // a é é: 5 bytes
     auto t = f.wait(f.post("x"));
     BOOST_TEST(*t.reply == "a\xc3\xa9");
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_turn_keeps_its_streamed_text_cut_at_max_reply_bytes) {
+    limits_config l;
+    l.max_reply_bytes = 4;
+    loop_fixture f(l);
+    // a b c é z z, then the call fails: the text kept is cut as a completed reply would be, at
+    // the character boundary below 4 bytes, and nothing after the cut joins it.
+    scripted_reply r;
+    r.deltas = {"ab", "c\xc3\xa9", "zz"};
+    r.fail = true;
+    f.script({r});
+    auto t = f.wait(f.post("x"));
+    BOOST_TEST((t.status == turn_status::failed));
+    BOOST_TEST_REQUIRE(t.reply.has_value());
+    BOOST_TEST(*t.reply == "abc");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
