@@ -271,18 +271,17 @@ template <class NextLayer> asio::awaitable<void> session<NextLayer>::handle(std:
         co_return;
     }
     const auto& f = v.get_object();
+    const frame_ref id = frame_of(f);
     if (auto dup = first_duplicate_key(text)) {
         // Which of two values was meant is a guess; an id given twice is not echoed.
-        send(error_frame(*dup == "id" ? frame_ref() : frame_of(f), "invalid_request",
-                         *dup + ": duplicate key"));
+        send(error_frame(*dup == "id" ? frame_ref() : id, "invalid_request", *dup + ": duplicate key"));
         co_return;
     }
-    if (auto* given = f.if_contains("id"); given && !given->is_string()) {
+    if (!id && f.contains("id")) {
         // Answered with "id": null: only a string can be echoed back as it came.
         send(error_frame(std::nullopt, "invalid_request", "id: expected a string"));
         co_return;
     }
-    const frame_ref id = frame_of(f);
     auto type = string_field(f, "type");
     if (auto unknown = unknown_field(f, type)) {
         // Refused, as HTTP refuses an unknown field: a misspelt "event": false would otherwise run
